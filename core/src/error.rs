@@ -1,0 +1,140 @@
+//! The runtime's one error type, grouped by category. Every variant carries the
+//! context a user needs to act on it: the op, the shapes, the device, the file.
+
+use std::fmt;
+
+/// Status codes shared with PJRT, IREE and abseil (0–16). The C ABI hands these
+/// out unchanged, so a frontend can map them to its own exception types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum Code {
+    Ok = 0,
+    Cancelled = 1,
+    Unknown = 2,
+    InvalidArgument = 3,
+    DeadlineExceeded = 4,
+    NotFound = 5,
+    AlreadyExists = 6,
+    PermissionDenied = 7,
+    ResourceExhausted = 8,
+    FailedPrecondition = 9,
+    Aborted = 10,
+    OutOfRange = 11,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+    DataLoss = 15,
+    Unauthenticated = 16,
+}
+
+impl Code {
+    pub fn from_i32(v: i32) -> Code {
+        use Code::*;
+        match v {
+            0 => Ok,
+            1 => Cancelled,
+            3 => InvalidArgument,
+            4 => DeadlineExceeded,
+            5 => NotFound,
+            6 => AlreadyExists,
+            7 => PermissionDenied,
+            8 => ResourceExhausted,
+            9 => FailedPrecondition,
+            10 => Aborted,
+            11 => OutOfRange,
+            12 => Unimplemented,
+            13 => Internal,
+            14 => Unavailable,
+            15 => DataLoss,
+            16 => Unauthenticated,
+            _ => Unknown,
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    // --- device runtime (PJRT) ---------------------------------------------
+    /// A PJRT call returned an error; `call` is the C API function.
+    #[error("PJRT {call} failed [{code}]: {message}")]
+    Pjrt { call: &'static str, code: Code, message: String },
+
+    /// No PJRT plugin could be found; `tried` lists every place we looked.
+    #[error(
+        "no PJRT plugin found. Tried:\n  {}\nInstall the default CPU plugin with `scripts/setup.sh` \
+         (or `.venv/bin/pip install xla-cpu-pjrt`), or point TORCHTPU_PJRT_PLUGIN at a plugin .so",
+        tried.join("\n  ")
+    )]
+    PluginNotFound { tried: Vec<String> },
+
+    /// The plugin library could not be opened or is not a usable PJRT plugin.
+    #[error("PJRT plugin {path}: {message}")]
+    PluginLoad { path: String, message: String },
+
+    /// StableHLO that PJRT refused to compile. Carries the program so the
+    /// failure can be reproduced outside the runtime.
+    #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{program}")]
+    Compile { what: String, message: String, program: String },
+
+    // --- user input --------------------------------------------------------
+    #[error("unknown op '{name}'{hint}")]
+    UnknownOp { name: String, hint: String },
+
+    /// Wrong arguments for an op: shapes that do not broadcast, a dim out of
+    /// range, a missing argument. `msg` names the shapes involved.
+    #[error("{op}: {msg}")]
+    Op { op: String, msg: String },
+
+    #[error("{op}: dtype {dtype} is not supported{detail}")]
+    UnsupportedDType { op: String, dtype: String, detail: String },
+
+    #[error("device index {index} is out of range: the {platform} client has {count} device(s) (valid: 0..{count})")]
+    DeviceOutOfRange { index: i64, count: usize, platform: String },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("{0}")]
+    Unimplemented(String),
+
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn code(&self) -> Code {
+        match self {
+            Error::Pjrt { code, .. } => *code,
+            Error::PluginNotFound { .. } => Code::NotFound,
+            Error::PluginLoad { .. } => Code::FailedPrecondition,
+            Error::Compile { .. } => Code::Internal,
+            Error::UnknownOp { .. } => Code::NotFound,
+            Error::Op { .. } | Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::UnsupportedDType { .. } => Code::Unimplemented,
+            Error::DeviceOutOfRange { .. } => Code::OutOfRange,
+            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// An argument error attributed to `op`.
+    pub fn op(op: impl Into<String>, msg: impl Into<String>) -> Error {
+        Error::Op { op: op.into(), msg: msg.into() }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Early-returns an [`Error::Op`] for the op in scope: `bail_op!(op, "dim {} out of range", d)`.
+#[macro_export]
+macro_rules! bail_op {
+    ($op:expr, $($fmt:tt)+) => {
+        return Err($crate::error::Error::op($op, format!($($fmt)+)))
+    };
+}

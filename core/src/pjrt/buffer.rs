@@ -1,0 +1,172 @@
+//! Device buffers.
+
+use std::sync::Arc;
+
+use super::{args, sys, Client, Event};
+use crate::error::Result;
+
+/// The PJRT element types the runtime uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElementType {
+    Pred,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U32,
+    U64,
+    F16,
+    BF16,
+    F32,
+    F64,
+}
+
+impl ElementType {
+    pub fn byte_size(self) -> usize {
+        use ElementType::*;
+        match self {
+            Pred | S8 | U8 => 1,
+            S16 | F16 | BF16 => 2,
+            S32 | U32 | F32 => 4,
+            S64 | U64 | F64 => 8,
+        }
+    }
+
+    pub(crate) fn raw(self) -> sys::PJRT_Buffer_Type {
+        use ElementType::*;
+        match self {
+            Pred => sys::PJRT_Buffer_Type_PRED,
+            S8 => sys::PJRT_Buffer_Type_S8,
+            S16 => sys::PJRT_Buffer_Type_S16,
+            S32 => sys::PJRT_Buffer_Type_S32,
+            S64 => sys::PJRT_Buffer_Type_S64,
+            U8 => sys::PJRT_Buffer_Type_U8,
+            U32 => sys::PJRT_Buffer_Type_U32,
+            U64 => sys::PJRT_Buffer_Type_U64,
+            F16 => sys::PJRT_Buffer_Type_F16,
+            BF16 => sys::PJRT_Buffer_Type_BF16,
+            F32 => sys::PJRT_Buffer_Type_F32,
+            F64 => sys::PJRT_Buffer_Type_F64,
+        }
+    }
+
+    pub(crate) fn from_raw(t: sys::PJRT_Buffer_Type) -> Option<ElementType> {
+        use ElementType::*;
+        Some(match t {
+            sys::PJRT_Buffer_Type_PRED => Pred,
+            sys::PJRT_Buffer_Type_S8 => S8,
+            sys::PJRT_Buffer_Type_S16 => S16,
+            sys::PJRT_Buffer_Type_S32 => S32,
+            sys::PJRT_Buffer_Type_S64 => S64,
+            sys::PJRT_Buffer_Type_U8 => U8,
+            sys::PJRT_Buffer_Type_U32 => U32,
+            sys::PJRT_Buffer_Type_U64 => U64,
+            sys::PJRT_Buffer_Type_F16 => F16,
+            sys::PJRT_Buffer_Type_BF16 => BF16,
+            sys::PJRT_Buffer_Type_F32 => F32,
+            sys::PJRT_Buffer_Type_F64 => F64,
+            _ => return None,
+        })
+    }
+}
+
+/// An owned PJRT buffer on one device.
+///
+/// Thread-safe. Dropping it while a launched program still reads it is fine:
+/// PJRT frees the memory once pending work is done.
+pub struct Buffer {
+    client: Arc<Client>,
+    raw: *mut sys::PJRT_Buffer,
+    device: usize,
+    bytes: usize,
+}
+
+// SAFETY: PJRT buffers are thread-safe handles.
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer(device {}, {} bytes)", self.device, self.bytes)
+    }
+}
+
+impl Buffer {
+    /// Takes ownership of `raw`; `bytes` is its size, for memory accounting.
+    pub(crate) fn from_raw(client: Arc<Client>, raw: *mut sys::PJRT_Buffer, device: usize, bytes: usize) -> Buffer {
+        client.memory(device).add(bytes as i64);
+        Buffer { client, raw, device, bytes }
+    }
+
+    pub fn device(&self) -> usize {
+        self.device
+    }
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+    pub(crate) fn raw(&self) -> *mut sys::PJRT_Buffer {
+        self.raw
+    }
+
+    /// Copies the whole buffer into `dst` (dense, row-major) and waits.
+    pub fn to_host(&self, dst: &mut [u8]) -> Result<()> {
+        let _span = tracing::trace_span!("d2h", bytes = dst.len(), device = self.device).entered();
+        if dst.len() != self.bytes {
+            return Err(crate::Error::InvalidArgument(format!(
+                "device-to-host copy: destination has {} bytes, buffer has {}",
+                dst.len(),
+                self.bytes
+            )));
+        }
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_ToHostBuffer_Args);
+        a.src = self.raw;
+        a.dst = dst.as_mut_ptr() as *mut _;
+        a.dst_size = dst.len();
+        api.call("PJRT_Buffer_ToHostBuffer", api.table().PJRT_Buffer_ToHostBuffer, &mut a)?;
+        Event::from_raw(api.clone(), a.event).wait()
+    }
+
+    /// An event that fires when the buffer's contents are computed (or failed).
+    pub fn ready_event(&self) -> Result<Event> {
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_ReadyEvent_Args);
+        a.buffer = self.raw;
+        api.call("PJRT_Buffer_ReadyEvent", api.table().PJRT_Buffer_ReadyEvent, &mut a)?;
+        Ok(Event::from_raw(api.clone(), a.event))
+    }
+
+    /// The element type PJRT reports.
+    pub fn element_type(&self) -> Option<ElementType> {
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_ElementType_Args);
+        a.buffer = self.raw;
+        api.call("PJRT_Buffer_ElementType", api.table().PJRT_Buffer_ElementType, &mut a).ok()?;
+        ElementType::from_raw(a.type_)
+    }
+
+    /// The dimensions PJRT reports.
+    pub fn dims(&self) -> Result<Vec<i64>> {
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_Dimensions_Args);
+        a.buffer = self.raw;
+        api.call("PJRT_Buffer_Dimensions", api.table().PJRT_Buffer_Dimensions, &mut a)?;
+        Ok(unsafe { std::slice::from_raw_parts(a.dims, a.num_dims) }.to_vec())
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.client.memory(self.device).sub(self.bytes as i64);
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_Destroy_Args);
+        a.buffer = self.raw;
+        if let Err(e) = api.call("PJRT_Buffer_Destroy", api.table().PJRT_Buffer_Destroy, &mut a) {
+            tracing::warn!("{e}");
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! A PJRT client: devices, host-to-device transfers, compilation.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::api::owned_str;
+use super::buffer::{Buffer, ElementType};
+use super::executable::Executable;
+use super::{args, sys, Api, CompileOptions};
+use crate::error::{Error, Result};
+
+/// What PJRT reports about one addressable device.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    /// Index in our device list (what users call `tpu:N`).
+    pub index: usize,
+    /// PJRT's global device id.
+    pub id: i32,
+    /// e.g. "cpu", "TPU v5 lite".
+    pub kind: String,
+    pub local_hardware_id: i32,
+    pub description: String,
+}
+
+/// Bytes held by live buffers on one device, and the high-water mark.
+#[derive(Debug, Default)]
+pub struct MemoryStats {
+    live: AtomicI64,
+    peak: AtomicI64,
+}
+
+impl MemoryStats {
+    pub(crate) fn add(&self, bytes: i64) {
+        let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+    pub(crate) fn sub(&self, bytes: i64) {
+        self.live.fetch_sub(bytes, Ordering::Relaxed);
+    }
+    pub fn live(&self) -> i64 {
+        self.live.load(Ordering::Relaxed)
+    }
+    pub fn peak(&self) -> i64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+    pub fn reset_peak(&self) {
+        self.peak.store(self.live(), Ordering::Relaxed);
+    }
+}
+
+/// A PJRT client and its addressable devices.
+///
+/// Thread-safe: PJRT clients may be used from any thread concurrently.
+pub struct Client {
+    api: Arc<Api>,
+    raw: *mut sys::PJRT_Client,
+    devices: Vec<*mut sys::PJRT_Device>,
+    infos: Vec<DeviceInfo>,
+    memory: Vec<MemoryStats>,
+    platform_name: String,
+    platform_version: String,
+}
+
+// SAFETY: see the type docs; the raw pointers are owned handles to
+// thread-safe PJRT objects.
+unsafe impl Send for Client {}
+unsafe impl Sync for Client {}
+
+/// A client-creation option (`PJRT_NamedValue`), e.g. `cpu_device_count`.
+#[derive(Debug, Clone)]
+pub enum CreateOption {
+    Int(String, i64),
+    Bool(String, bool),
+    Str(String, String),
+}
+
+impl Client {
+    pub fn create(api: Arc<Api>, options: &[CreateOption]) -> Result<Arc<Client>> {
+        let _span = tracing::info_span!("pjrt_client_create").entered();
+        let values: Vec<sys::PJRT_NamedValue> = options
+            .iter()
+            .map(|o| {
+                let mut v = args!(PJRT_NamedValue);
+                let name = match o {
+                    CreateOption::Int(n, x) => {
+                        v.type_ = sys::PJRT_NamedValue_kInt64;
+                        v.__bindgen_anon_1.int64_value = *x;
+                        v.value_size = 1;
+                        n
+                    }
+                    CreateOption::Bool(n, x) => {
+                        v.type_ = sys::PJRT_NamedValue_kBool;
+                        v.__bindgen_anon_1.bool_value = *x;
+                        v.value_size = 1;
+                        n
+                    }
+                    CreateOption::Str(n, s) => {
+                        v.type_ = sys::PJRT_NamedValue_kString;
+                        v.__bindgen_anon_1.string_value = s.as_ptr() as *const _;
+                        v.value_size = s.len();
+                        n
+                    }
+                };
+                v.name = name.as_ptr() as *const _;
+                v.name_size = name.len();
+                v
+            })
+            .collect();
+        let mut a = args!(PJRT_Client_Create_Args);
+        a.create_options = values.as_ptr();
+        a.num_options = values.len();
+        api.call("PJRT_Client_Create", api.table().PJRT_Client_Create, &mut a)?;
+        let raw = a.client;
+
+        let t = api.table();
+        let mut pn = args!(PJRT_Client_PlatformName_Args);
+        pn.client = raw;
+        api.call("PJRT_Client_PlatformName", t.PJRT_Client_PlatformName, &mut pn)?;
+        let platform_name = owned_str(pn.platform_name, pn.platform_name_size);
+        let mut pv = args!(PJRT_Client_PlatformVersion_Args);
+        pv.client = raw;
+        api.call("PJRT_Client_PlatformVersion", t.PJRT_Client_PlatformVersion, &mut pv)?;
+        let platform_version = owned_str(pv.platform_version, pv.platform_version_size);
+
+        let mut ad = args!(PJRT_Client_AddressableDevices_Args);
+        ad.client = raw;
+        api.call("PJRT_Client_AddressableDevices", t.PJRT_Client_AddressableDevices, &mut ad)?;
+        let devices: Vec<*mut sys::PJRT_Device> =
+            unsafe { std::slice::from_raw_parts(ad.addressable_devices, ad.num_addressable_devices) }.to_vec();
+
+        let mut infos = Vec::with_capacity(devices.len());
+        for (index, &dev) in devices.iter().enumerate() {
+            let mut gd = args!(PJRT_Device_GetDescription_Args);
+            gd.device = dev;
+            api.call("PJRT_Device_GetDescription", t.PJRT_Device_GetDescription, &mut gd)?;
+            let desc = gd.device_description;
+            let mut id = args!(PJRT_DeviceDescription_Id_Args);
+            id.device_description = desc;
+            api.call("PJRT_DeviceDescription_Id", t.PJRT_DeviceDescription_Id, &mut id)?;
+            let mut kind = args!(PJRT_DeviceDescription_Kind_Args);
+            kind.device_description = desc;
+            api.call("PJRT_DeviceDescription_Kind", t.PJRT_DeviceDescription_Kind, &mut kind)?;
+            let mut ds = args!(PJRT_DeviceDescription_DebugString_Args);
+            ds.device_description = desc;
+            api.call("PJRT_DeviceDescription_DebugString", t.PJRT_DeviceDescription_DebugString, &mut ds)?;
+            let mut hw = args!(PJRT_Device_LocalHardwareId_Args);
+            hw.device = dev;
+            api.call("PJRT_Device_LocalHardwareId", t.PJRT_Device_LocalHardwareId, &mut hw)?;
+            infos.push(DeviceInfo {
+                index,
+                id: id.id,
+                kind: owned_str(kind.device_kind, kind.device_kind_size),
+                local_hardware_id: hw.local_hardware_id,
+                description: owned_str(ds.debug_string, ds.debug_string_size),
+            });
+        }
+        let memory = devices.iter().map(|_| MemoryStats::default()).collect();
+        tracing::info!(platform = %platform_name, version = %platform_version, devices = devices.len(), "PJRT client ready");
+        Ok(Arc::new(Client { api, raw, devices, infos, memory, platform_name, platform_version }))
+    }
+
+    pub fn api(&self) -> &Arc<Api> {
+        &self.api
+    }
+    pub fn platform_name(&self) -> &str {
+        &self.platform_name
+    }
+    pub fn platform_version(&self) -> &str {
+        &self.platform_version
+    }
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.infos
+    }
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+    pub fn memory(&self, device: usize) -> &MemoryStats {
+        &self.memory[device]
+    }
+
+    /// Checks a user-supplied device index.
+    pub fn check_device(&self, index: i64) -> Result<usize> {
+        if index < 0 || index as usize >= self.devices.len() {
+            return Err(Error::DeviceOutOfRange {
+                index,
+                count: self.devices.len(),
+                platform: self.platform_name.clone(),
+            });
+        }
+        Ok(index as usize)
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::PJRT_Client {
+        self.raw
+    }
+    pub(crate) fn raw_device(&self, index: usize) -> *mut sys::PJRT_Device {
+        self.devices[index]
+    }
+
+    /// Copies `data` (dense, row-major) to `device`. The host memory may be
+    /// reused as soon as this returns.
+    pub fn buffer_from_host(
+        self: &Arc<Self>,
+        data: &[u8],
+        ty: ElementType,
+        dims: &[i64],
+        device: usize,
+    ) -> Result<Buffer> {
+        let numel: i64 = dims.iter().product();
+        let expected = numel as usize * ty.byte_size();
+        if data.len() != expected {
+            return Err(Error::InvalidArgument(format!(
+                "host buffer has {} bytes but {:?} {:?} needs {expected}",
+                data.len(),
+                ty,
+                dims
+            )));
+        }
+        let _span = tracing::trace_span!("h2d", bytes = data.len(), device).entered();
+        let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args);
+        a.client = self.raw;
+        a.data = data.as_ptr() as *const _;
+        a.type_ = ty.raw();
+        a.dims = dims.as_ptr();
+        a.num_dims = dims.len();
+        a.host_buffer_semantics = sys::PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+        a.device = self.devices[device];
+        self.api.call("PJRT_Client_BufferFromHostBuffer", self.api.table().PJRT_Client_BufferFromHostBuffer, &mut a)?;
+        // With kImmutableOnlyDuringCall the copy is done; the event only
+        // signals what we already know.
+        if !a.done_with_host_buffer.is_null() {
+            drop(super::Event::from_raw(self.api.clone(), a.done_with_host_buffer));
+        }
+        Ok(Buffer::from_raw(self.clone(), a.buffer, device, expected))
+    }
+
+    /// Compiles StableHLO text (MLIR format). `what` names the program in
+    /// errors and traces (an op name, "fused graph", ...).
+    pub fn compile(self: &Arc<Self>, what: &str, mlir: &str, options: &CompileOptions) -> Result<Executable> {
+        let _span = tracing::info_span!("compile", what, bytes = mlir.len()).entered();
+        let start = Instant::now();
+        let opts = options.encode();
+        let format = "mlir";
+        let mut program = args!(PJRT_Program);
+        program.code = mlir.as_ptr() as *mut _;
+        program.code_size = mlir.len();
+        program.format = format.as_ptr() as *const _;
+        program.format_size = format.len();
+        let mut a = args!(PJRT_Client_Compile_Args);
+        a.client = self.raw;
+        a.program = &program;
+        a.compile_options = opts.as_ptr() as *const _;
+        a.compile_options_size = opts.len();
+        self.api.call("PJRT_Client_Compile", self.api.table().PJRT_Client_Compile, &mut a).map_err(|e| match e {
+            Error::Pjrt { message, .. } => {
+                Error::Compile { what: what.to_string(), message, program: mlir.to_string() }
+            }
+            other => other,
+        })?;
+        let exe = Executable::from_raw(self.clone(), a.executable)?;
+        tracing::debug!(what, ms = start.elapsed().as_secs_f64() * 1e3, "compiled");
+        Ok(exe)
+    }
+
+    /// Loads an executable produced by [`Executable::serialize`].
+    pub fn deserialize(self: &Arc<Self>, bytes: &[u8]) -> Result<Executable> {
+        let _span = tracing::debug_span!("deserialize", bytes = bytes.len()).entered();
+        let mut a = args!(PJRT_Executable_DeserializeAndLoad_Args);
+        a.client = self.raw;
+        a.serialized_executable = bytes.as_ptr() as *const _;
+        a.serialized_executable_size = bytes.len();
+        self.api.call("PJRT_Executable_DeserializeAndLoad", self.api.table().PJRT_Executable_DeserializeAndLoad, &mut a)?;
+        Executable::from_raw(self.clone(), a.loaded_executable)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let mut a = args!(PJRT_Client_Destroy_Args);
+        a.client = self.raw;
+        if let Err(e) = self.api.call("PJRT_Client_Destroy", self.api.table().PJRT_Client_Destroy, &mut a) {
+            tracing::warn!("{e}");
+        }
+    }
+}

@@ -1,0 +1,34 @@
+use torchtpu_core::pjrt::{discovery, Api, Client, CompileOptions, ElementType};
+
+#[test]
+fn add_one() {
+    let found = discovery::find_plugin(None).unwrap();
+    let api = Api::load(&found.path).unwrap();
+    let client = Client::create(api, &[]).unwrap();
+    println!("{} {} {:?}", client.platform_name(), client.platform_version(), client.devices());
+    let prog = r#"module @m {
+  func.func public @main(%arg0: tensor<4xf32>, %arg1: tensor<f32>) -> tensor<4xf32> {
+    %0 = stablehlo.broadcast_in_dim %arg1, dims = [] : (tensor<f32>) -> tensor<4xf32>
+    %1 = stablehlo.add %arg0, %0 : tensor<4xf32>
+    return %1 : tensor<4xf32>
+  }
+}"#;
+    let exe = client.compile("test", prog, &CompileOptions::Portable).unwrap();
+    let data: Vec<f32> = vec![1.0, 2.0, 3.0, 4.0];
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let x = client.buffer_from_host(&bytes, ElementType::F32, &[4], 1).unwrap();
+    let s = client.buffer_from_host(&10f32.to_le_bytes(), ElementType::F32, &[], 1).unwrap();
+    let (outs, ev) = exe.execute(&[&x, &s], 1).unwrap();
+    ev.wait().unwrap();
+    let mut out = vec![0u8; 16];
+    outs[0].to_host(&mut out).unwrap();
+    let v: Vec<f32> = out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(v, vec![11.0, 12.0, 13.0, 14.0]);
+    let ser = exe.serialize().unwrap();
+    println!("serialized {} bytes", ser.len());
+    let exe2 = client.deserialize(&ser).unwrap();
+    let (outs, ev) = exe2.execute(&[&x, &s], 1).unwrap();
+    ev.wait().unwrap();
+    outs[0].to_host(&mut out).unwrap();
+    println!("mem {:?}", client.memory(1).live());
+}
