@@ -103,8 +103,16 @@ pub enum Error {
     #[error("{0}")]
     Unimplemented(String),
 
+    /// A caller-provided buffer or a limit is too small.
+    #[error("{0}")]
+    ResourceExhausted(String),
+
     #[error("internal error: {0}")]
     Internal(String),
+
+    /// An error from the device while running `op` (keeps the inner code).
+    #[error("{op}: {source}")]
+    InOp { op: String, source: Box<Error> },
 }
 
 impl Error {
@@ -119,7 +127,17 @@ impl Error {
             Error::UnsupportedDType { .. } => Code::Unimplemented,
             Error::DeviceOutOfRange { .. } => Code::OutOfRange,
             Error::Unimplemented(_) => Code::Unimplemented,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Internal(_) => Code::Internal,
+            Error::InOp { source, .. } => source.code(),
+        }
+    }
+
+    /// Attributes an error from the device to `op`.
+    pub fn in_op(self, op: &str) -> Error {
+        match self {
+            e @ (Error::Op { .. } | Error::InOp { .. } | Error::Compile { .. }) => e,
+            e => Error::InOp { op: op.to_string(), source: Box::new(e) },
         }
     }
 

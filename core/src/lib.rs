@@ -6,7 +6,18 @@
 //! StableHLO text builder), and [`pjrt`] (the device runtime).
 //! Nothing here knows about the C ABI or any frontend.
 
+pub mod dtype;
 pub mod error;
+pub mod hlo;
+pub mod ops;
 pub mod pjrt;
+pub mod runtime;
+pub mod shape;
+pub mod storage;
+pub mod tensor;
+pub mod view;
 
+pub use dtype::DType;
 pub use error::{Code, Error, Result};
+pub use runtime::{ExecMode, Runtime, RuntimeOptions};
+pub use tensor::{Scalar, Tensor, Value};

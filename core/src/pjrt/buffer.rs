@@ -140,6 +140,17 @@ impl Buffer {
         Ok(Event::from_raw(api.clone(), a.event))
     }
 
+    /// Copies the buffer to another device of the same client.
+    pub fn copy_to_device(&self, device: usize) -> Result<Buffer> {
+        let _span = tracing::debug_span!("d2d", bytes = self.bytes, from = self.device, to = device).entered();
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_CopyToDevice_Args);
+        a.buffer = self.raw;
+        a.dst_device = self.client.raw_device(device);
+        api.call("PJRT_Buffer_CopyToDevice", api.table().PJRT_Buffer_CopyToDevice, &mut a)?;
+        Ok(Buffer::from_raw(self.client.clone(), a.dst_buffer, device, self.bytes))
+    }
+
     /// The element type PJRT reports.
     pub fn element_type(&self) -> Option<ElementType> {
         let api = self.client.api();

@@ -191,9 +191,6 @@ impl Client {
         Ok(index as usize)
     }
 
-    pub(crate) fn raw(&self) -> *mut sys::PJRT_Client {
-        self.raw
-    }
     pub(crate) fn raw_device(&self, index: usize) -> *mut sys::PJRT_Device {
         self.devices[index]
     }

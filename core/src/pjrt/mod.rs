@@ -20,7 +20,7 @@ mod sys;
 
 pub use api::Api;
 pub use buffer::{Buffer, ElementType};
-pub use client::{Client, DeviceInfo, MemoryStats};
+pub use client::{Client, CreateOption, DeviceInfo, MemoryStats};
 pub use compile_options::CompileOptions;
 pub use event::Event;
 pub use executable::Executable;

@@ -1,0 +1,71 @@
+//! Owned error objects with abseil status codes.
+
+use std::ffi::{c_char, CString};
+
+/// Status codes: the abseil codes 0-16 that PJRT and IREE use.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ttpu_code {
+    Ok = 0,
+    Cancelled = 1,
+    Unknown = 2,
+    InvalidArgument = 3,
+    DeadlineExceeded = 4,
+    NotFound = 5,
+    AlreadyExists = 6,
+    PermissionDenied = 7,
+    ResourceExhausted = 8,
+    FailedPrecondition = 9,
+    Aborted = 10,
+    OutOfRange = 11,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+    DataLoss = 15,
+    Unauthenticated = 16,
+}
+
+/// An error returned by a fallible call. Owned by the caller, who frees it
+/// with `ttpu_error_destroy`.
+pub struct ttpu_error_t {
+    code: i32,
+    message: CString,
+}
+
+impl ttpu_error_t {
+    pub(crate) fn boxed(code: i32, message: String) -> *mut ttpu_error_t {
+        let message = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+        Box::into_raw(Box::new(ttpu_error_t { code, message }))
+    }
+}
+
+/// The error's status code (a `ttpu_code` value). Returns `TTPU_CODE_OK` for
+/// NULL (no error).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_error_code(error: *const ttpu_error_t) -> ttpu_code {
+    if error.is_null() {
+        return ttpu_code::Ok;
+    }
+    match (*error).code {
+        c @ 0..=16 => std::mem::transmute::<i32, ttpu_code>(c),
+        _ => ttpu_code::Unknown,
+    }
+}
+
+/// The error's message, NUL-terminated UTF-8. Borrowed: valid until
+/// `ttpu_error_destroy(error)`. Returns "" for NULL.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_error_message(error: *const ttpu_error_t) -> *const c_char {
+    if error.is_null() {
+        return c"".as_ptr();
+    }
+    (*error).message.as_ptr()
+}
+
+/// Frees an error. `ttpu_error_destroy(NULL)` is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_error_destroy(error: *mut ttpu_error_t) {
+    if !error.is_null() {
+        drop(Box::from_raw(error));
+    }
+}

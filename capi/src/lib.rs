@@ -1,0 +1,18 @@
+//! The C ABI of torchtpu (`libtorchtpu.so`). A thin boundary over
+//! `torchtpu-core`: every export converts handles, calls core, and turns the
+//! result into an owned error object. No op semantics live here.
+//!
+//! Conventions (see STYLE.md): functions are `ttpu_<object>_<verb>`; the
+//! object comes first, then inputs, then `out_*` results, which are written
+//! only on success; a fallible call returns `ttpu_error_t*`, NULL on success.
+//! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`].
+#![allow(non_camel_case_types)]
+#![allow(clippy::missing_safety_doc)]
+
+#[macro_use]
+mod ffi;
+pub mod error;
+pub mod op;
+pub mod runtime;
+pub mod tensor;
+pub mod version;

@@ -1,0 +1,336 @@
+//! The runtime area: creating a runtime, its devices, execution modes,
+//! synchronization, statistics and seeding.
+
+use std::ffi::{c_char, CString};
+use std::sync::Arc;
+
+use torchtpu_core::runtime::{self, ExecMode};
+use torchtpu_core::{Error, Runtime, RuntimeOptions};
+
+use crate::error::ttpu_error_t;
+use crate::ffi::{check_struct_size, str_arg, write_out, Handle};
+
+/// A runtime: one PJRT plugin and client with its devices. Thread-safe.
+/// Created by `ttpu_runtime_create`, freed by `ttpu_runtime_destroy`.
+pub struct ttpu_runtime_t {
+    magic: u64,
+    pub(crate) rt: Arc<Runtime>,
+    devices: Vec<ttpu_device_t>,
+    platform_name: CString,
+    platform_version: CString,
+}
+
+impl Handle for ttpu_runtime_t {
+    const NAME: &'static str = "ttpu_runtime_t";
+    const MAGIC: u64 = 0x7474_7075_5255_4e54;
+    fn magic(&self) -> u64 {
+        self.magic
+    }
+}
+
+/// A device of a runtime. Borrowed from the runtime: valid while it lives.
+pub struct ttpu_device_t {
+    magic: u64,
+    index: usize,
+    id: i32,
+    local_hardware_id: i32,
+    kind: CString,
+    description: CString,
+}
+
+impl Handle for ttpu_device_t {
+    const NAME: &'static str = "ttpu_device_t";
+    const MAGIC: u64 = 0x7474_7075_4445_5643;
+    fn magic(&self) -> u64 {
+        self.magic
+    }
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', "")).unwrap_or_default()
+}
+
+/// Options for `ttpu_runtime_create`. Set `struct_size = sizeof(ttpu_runtime_options_t)`;
+/// fields added later go at the end, and a caller built against an older
+/// header keeps working.
+#[repr(C)]
+pub struct ttpu_runtime_options_t {
+    pub struct_size: usize,
+    /// Path of the PJRT plugin to load, or NULL to search (`TORCHTPU_PJRT_PLUGIN`,
+    /// libtpu, then the `xla-cpu-pjrt` package). Borrowed for the call.
+    pub plugin_path: *const c_char,
+    /// Devices the XLA CPU plugin exposes; 0 keeps the plugin's default.
+    pub cpu_device_count: i32,
+}
+
+const OPTIONS_V1: usize = std::mem::size_of::<ttpu_runtime_options_t>();
+
+/// Creates a runtime. `options` may be NULL for defaults. On success
+/// `*out_runtime` owns the runtime; free it with `ttpu_runtime_destroy`.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_create(
+    options: *const ttpu_runtime_options_t,
+    out_runtime: *mut *mut ttpu_runtime_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        crate::ffi::check_out(out_runtime, "ttpu_runtime_create")?;
+        let mut opts = RuntimeOptions::default();
+        if !options.is_null() {
+            let o = &*options;
+            check_struct_size(o.struct_size, OPTIONS_V1, "ttpu_runtime_create: ttpu_runtime_options_t")?;
+            if !o.plugin_path.is_null() {
+                opts.plugin = Some(str_arg(o.plugin_path, "ttpu_runtime_create: plugin_path")?.into());
+            }
+            if o.cpu_device_count < 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "ttpu_runtime_create: cpu_device_count must be >= 0, got {}",
+                    o.cpu_device_count
+                )));
+            }
+            if o.cpu_device_count > 0 {
+                opts.cpu_device_count = Some(o.cpu_device_count as usize);
+            }
+        }
+        init_logging();
+        let rt = Runtime::new(opts)?;
+        let devices = rt
+            .devices()
+            .iter()
+            .map(|d| ttpu_device_t {
+                magic: ttpu_device_t::MAGIC,
+                index: d.index,
+                id: d.id as i32,
+                local_hardware_id: d.local_hardware_id as i32,
+                kind: cstring(&d.kind),
+                description: cstring(&d.description),
+            })
+            .collect();
+        let h = ttpu_runtime_t {
+            magic: ttpu_runtime_t::MAGIC,
+            platform_name: cstring(rt.platform_name()),
+            platform_version: cstring(rt.platform_version()),
+            rt,
+            devices,
+        };
+        write_out(out_runtime, "ttpu_runtime_create", h.into_raw())
+    })
+}
+
+/// Logs go to stderr, filtered by `TORCHTPU_LOG` (e.g. `debug`,
+/// `torchtpu_core=trace`); warnings by default.
+fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("TORCHTPU_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    });
+}
+
+/// Frees a runtime. Tensors created from it stay valid (they hold their
+/// device memory) but can no longer be used in calls. NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_destroy(runtime: *mut ttpu_runtime_t) {
+    crate::ffi::no_panic((), || ttpu_runtime_t::destroy(runtime));
+}
+
+/// The PJRT platform name ("cpu", "tpu", "cuda"). Borrowed: valid while the
+/// runtime lives. NULL if `runtime` is invalid.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_platform_name(runtime: *const ttpu_runtime_t) -> *const c_char {
+    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_platform_name").map_or(std::ptr::null(), |r| r.platform_name.as_ptr())
+}
+
+/// The PJRT platform version. Borrowed: valid while the runtime lives.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_platform_version(runtime: *const ttpu_runtime_t) -> *const c_char {
+    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_platform_version")
+        .map_or(std::ptr::null(), |r| r.platform_version.as_ptr())
+}
+
+/// Writes the number of addressable devices to `*out_count`.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_device_count(
+    runtime: *const ttpu_runtime_t,
+    out_count: *mut usize,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_device_count")?;
+        write_out(out_count, "ttpu_runtime_device_count", r.devices.len())
+    })
+}
+
+/// Writes device `index` to `*out_device`. The device is borrowed from the
+/// runtime (do not free it). Fails with OUT_OF_RANGE for a bad index.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_device(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+    out_device: *mut *const ttpu_device_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_device")?;
+        let i = r.rt.device(index)?;
+        write_out(out_device, "ttpu_runtime_device", &r.devices[i] as *const _)
+    })
+}
+
+/// The device's index in its runtime (what tensors and ops call `device`).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_device_index(device: *const ttpu_device_t) -> i64 {
+    ttpu_device_t::borrow(device, "ttpu_device_index").map_or(-1, |d| d.index as i64)
+}
+
+/// The PJRT device id.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_device_id(device: *const ttpu_device_t) -> i32 {
+    ttpu_device_t::borrow(device, "ttpu_device_id").map_or(-1, |d| d.id)
+}
+
+/// The device's local hardware id.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_device_local_hardware_id(device: *const ttpu_device_t) -> i32 {
+    ttpu_device_t::borrow(device, "ttpu_device_local_hardware_id").map_or(-1, |d| d.local_hardware_id)
+}
+
+/// The device kind ("cpu", "TPU v5 lite"). Borrowed: valid while the runtime lives.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_device_kind(device: *const ttpu_device_t) -> *const c_char {
+    ttpu_device_t::borrow(device, "ttpu_device_kind").map_or(std::ptr::null(), |d| d.kind.as_ptr())
+}
+
+/// A human-readable description. Borrowed: valid while the runtime lives.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_device_description(device: *const ttpu_device_t) -> *const c_char {
+    ttpu_device_t::borrow(device, "ttpu_device_description").map_or(std::ptr::null(), |d| d.description.as_ptr())
+}
+
+/// Bytes of live device buffers on device `index`, and their peak.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_memory(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+    out_live_bytes: *mut i64,
+    out_peak_bytes: *mut i64,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory")?;
+        crate::ffi::check_out(out_peak_bytes, "ttpu_runtime_memory")?;
+        let (live, peak) = r.rt.memory(r.rt.device(index)?)?;
+        write_out(out_live_bytes, "ttpu_runtime_memory", live)?;
+        write_out(out_peak_bytes, "ttpu_runtime_memory", peak)
+    })
+}
+
+/// Waits for all launched work; returns the first error asynchronous work
+/// hit since the last synchronize.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_synchronize(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
+    ffi_boundary!({ ttpu_runtime_t::borrow(runtime, "ttpu_runtime_synchronize")?.rt.synchronize() })
+}
+
+/// Seeds every device's random generator (like `torch.manual_seed`).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_manual_seed(runtime: *const ttpu_runtime_t, seed: u64) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_manual_seed")?.rt.manual_seed(seed);
+        Ok(())
+    })
+}
+
+/// Drops every cached executable.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_clear_cache(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_clear_cache")?.rt.clear_cache();
+        Ok(())
+    })
+}
+
+/// Runtime counters. Set `struct_size` before calling; fields beyond it are
+/// not written, so older callers keep working.
+#[repr(C)]
+#[derive(Default)]
+pub struct ttpu_stats_t {
+    pub struct_size: usize,
+    /// Programs compiled.
+    pub compiles: u64,
+    /// Nanoseconds spent compiling.
+    pub compile_ns: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Programs launched.
+    pub executions: u64,
+    /// Ops served as views (no program).
+    pub view_ops: u64,
+    /// Executables in the op cache.
+    pub cached_programs: u64,
+}
+
+/// Fills `*out_stats` (whose `struct_size` the caller sets).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_stats(
+    runtime: *const ttpu_runtime_t,
+    out_stats: *mut ttpu_stats_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_stats")?;
+        crate::ffi::check_out(out_stats, "ttpu_runtime_stats")?;
+        let size = (*out_stats).struct_size;
+        check_struct_size(size, std::mem::size_of::<ttpu_stats_t>(), "ttpu_runtime_stats: ttpu_stats_t")?;
+        let s = r.rt.stats();
+        let v = ttpu_stats_t {
+            struct_size: size,
+            compiles: s.compiles,
+            compile_ns: s.compile_ns,
+            cache_hits: s.cache_hits,
+            cache_misses: s.cache_misses,
+            executions: s.executions,
+            view_ops: s.view_ops,
+            cached_programs: s.cached_programs,
+        };
+        out_stats.write(v);
+        Ok(())
+    })
+}
+
+/// Execution modes (names follow TorchTPU).
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ttpu_mode {
+    /// Strict eager: each op compiled once, cached, run asynchronously.
+    DeferNever = 0,
+    /// Debug: as strict, but waits for each op so errors surface at their op.
+    DeferNeverAndLaunchBlocking = 1,
+    /// Fused eager: ops recorded lazily, flushed as one program.
+    DeferAndFuse = 2,
+}
+
+fn mode_from(m: i32) -> torchtpu_core::Result<ExecMode> {
+    ExecMode::from_i32(m).ok_or_else(|| Error::InvalidArgument(format!("unknown execution mode {m} (valid: 0, 1, 2)")))
+}
+
+/// Sets the process-wide execution mode (a `ttpu_mode` value).
+#[no_mangle]
+pub extern "C" fn ttpu_set_mode(mode: i32) -> *mut ttpu_error_t {
+    ffi_boundary!({ runtime::set_global_mode(mode_from(mode)?) })
+}
+
+/// The process-wide execution mode.
+#[no_mangle]
+pub extern "C" fn ttpu_get_mode() -> i32 {
+    runtime::global_mode() as i32
+}
+
+/// Overrides the mode for the calling thread; -1 follows the process mode again.
+#[no_mangle]
+pub extern "C" fn ttpu_set_thread_mode(mode: i32) -> *mut ttpu_error_t {
+    ffi_boundary!({ runtime::set_thread_mode(if mode == -1 { None } else { Some(mode_from(mode)?) }) })
+}
+
+/// The mode in effect on the calling thread.
+#[no_mangle]
+pub extern "C" fn ttpu_current_mode() -> i32 {
+    runtime::current_mode() as i32
+}
+

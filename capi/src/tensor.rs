@@ -1,0 +1,194 @@
+//! The tensor area: creating tensors from host memory, copying them back,
+//! and reading their metadata.
+//!
+//! A `ttpu_tensor_t` is a view `(storage, offset, sizes, strides)` of device
+//! memory. Several handles may share a storage (views); a write through one
+//! is seen by all. Handles are thread-safe.
+
+use std::ffi::c_void;
+
+use torchtpu_core::{DType, Error, Tensor};
+
+use crate::error::ttpu_error_t;
+use crate::ffi::{check_out, slice_arg, write_out, Handle};
+use crate::runtime::ttpu_runtime_t;
+
+/// Element types. The values are PyTorch's `c10::ScalarType` codes.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ttpu_dtype {
+    Uint8 = 0,
+    Int8 = 1,
+    Int16 = 2,
+    Int32 = 3,
+    Int64 = 4,
+    Float16 = 5,
+    Float32 = 6,
+    Float64 = 7,
+    Bool = 11,
+    Bfloat16 = 15,
+}
+
+/// A tensor handle. Owned by the caller; free with `ttpu_tensor_destroy`.
+pub struct ttpu_tensor_t {
+    magic: u64,
+    pub(crate) t: Tensor,
+}
+
+impl Handle for ttpu_tensor_t {
+    const NAME: &'static str = "ttpu_tensor_t";
+    const MAGIC: u64 = 0x7474_7075_5445_4e53;
+    fn magic(&self) -> u64 {
+        self.magic
+    }
+}
+
+impl ttpu_tensor_t {
+    pub(crate) fn new(t: Tensor) -> *mut ttpu_tensor_t {
+        ttpu_tensor_t { magic: Self::MAGIC, t }.into_raw()
+    }
+}
+
+pub(crate) fn dtype_arg(code: i32, what: &str) -> torchtpu_core::Result<DType> {
+    DType::from_code(code).ok_or_else(|| Error::UnsupportedDType {
+        op: what.to_string(),
+        dtype: DType::describe_code(code),
+        detail: String::new(),
+    })
+}
+
+/// Copies `nbytes` of dense row-major host data of `dtype` (a `ttpu_dtype`)
+/// and shape `sizes[0..ndim]` to device `device`. `data` is borrowed for
+/// the call only. On success `*out_tensor` owns a new tensor.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_from_host(
+    runtime: *const ttpu_runtime_t,
+    data: *const c_void,
+    nbytes: usize,
+    dtype: i32,
+    sizes: *const i64,
+    ndim: usize,
+    device: i64,
+    out_tensor: *mut *mut ttpu_tensor_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_tensor_from_host";
+        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        check_out(out_tensor, what)?;
+        let dtype = dtype_arg(dtype, what)?;
+        let sizes = slice_arg(sizes, ndim, what)?;
+        let data = slice_arg(data as *const u8, nbytes, what)?;
+        let device = r.rt.device(device)?;
+        let t = r.rt.tensor_from_host(data, dtype, sizes, device)?;
+        write_out(out_tensor, what, ttpu_tensor_t::new(t))
+    })
+}
+
+/// Copies the tensor's elements into `dst` (dense, row-major; `nbytes` must
+/// equal numel * element size), waiting for pending work on it.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_to_host(
+    runtime: *const ttpu_runtime_t,
+    tensor: *const ttpu_tensor_t,
+    dst: *mut c_void,
+    nbytes: usize,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_tensor_to_host";
+        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let t = &ttpu_tensor_t::borrow(tensor, what)?.t;
+        let want = t.numel() as usize * t.dtype().size();
+        if nbytes != want {
+            return Err(Error::InvalidArgument(format!(
+                "{what}: destination has {nbytes} bytes, but the {} tensor of shape {:?} has {want}",
+                t.dtype(),
+                t.sizes()
+            )));
+        }
+        if want == 0 {
+            return Ok(());
+        }
+        if dst.is_null() {
+            return Err(Error::InvalidArgument(format!("{what}: dst is NULL")));
+        }
+        let bytes = r.rt.tensor_to_host(t)?;
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, want);
+        Ok(())
+    })
+}
+
+/// A new handle to the same view (the storage is shared, not copied).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_retain(
+    tensor: *const ttpu_tensor_t,
+    out_tensor: *mut *mut ttpu_tensor_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let t = &ttpu_tensor_t::borrow(tensor, "ttpu_tensor_retain")?.t;
+        write_out(out_tensor, "ttpu_tensor_retain", ttpu_tensor_t::new(t.clone()))
+    })
+}
+
+/// Frees a tensor handle; the device memory is freed with its last view.
+/// NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_destroy(tensor: *mut ttpu_tensor_t) {
+    crate::ffi::no_panic((), || ttpu_tensor_t::destroy(tensor));
+}
+
+/// The element type (a `ttpu_dtype`), or -1 for an invalid handle.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_dtype(tensor: *const ttpu_tensor_t) -> i32 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(-1, |h| h.t.dtype().code())
+}
+
+/// The number of dimensions, or 0 for an invalid handle.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_ndim(tensor: *const ttpu_tensor_t) -> usize {
+    ttpu_tensor_t::borrow(tensor, "").map_or(0, |h| h.t.rank())
+}
+
+/// The sizes (`ndim` entries). Borrowed: valid while the handle lives.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_sizes(tensor: *const ttpu_tensor_t) -> *const i64 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(std::ptr::null(), |h| h.t.sizes().as_ptr())
+}
+
+/// The strides in elements (`ndim` entries). Borrowed: valid while the handle lives.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_strides(tensor: *const ttpu_tensor_t) -> *const i64 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(std::ptr::null(), |h| h.t.strides().as_ptr())
+}
+
+/// The offset into the storage, in elements.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_offset(tensor: *const ttpu_tensor_t) -> i64 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(-1, |h| h.t.offset())
+}
+
+/// The number of elements.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_numel(tensor: *const ttpu_tensor_t) -> i64 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(-1, |h| h.t.numel())
+}
+
+/// The device index the tensor lives on.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_device(tensor: *const ttpu_tensor_t) -> i64 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(-1, |h| h.t.device() as i64)
+}
+
+/// The number of elements of the tensor's storage (shared by its views).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_storage_numel(tensor: *const ttpu_tensor_t) -> i64 {
+    ttpu_tensor_t::borrow(tensor, "").map_or(-1, |h| h.t.storage().numel())
+}
+
+/// Whether two tensors are views of the same storage.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_same_storage(a: *const ttpu_tensor_t, b: *const ttpu_tensor_t) -> bool {
+    match (ttpu_tensor_t::borrow(a, ""), ttpu_tensor_t::borrow(b, "")) {
+        (Ok(a), Ok(b)) => a.t.same_storage(&b.t),
+        _ => false,
+    }
+}

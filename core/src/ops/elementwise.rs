@@ -1,0 +1,469 @@
+//! Elementwise ops: unary math, binary arithmetic with PyTorch's type
+//! promotion and broadcasting, comparisons, logical ops, `where`, `clamp`.
+//! Half-precision inputs compute in f32 and round once at the end, as
+//! PyTorch's CPU kernels do.
+
+use crate::bail_op;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::hlo::{Cmp, Func, V};
+
+use super::common::{float_of, materialize, prepare, result_dtype, Ew};
+use super::{Cx, Registry};
+
+pub fn register(r: &mut Registry) {
+    register_unary(r);
+    register_binary(r);
+    register_compare_logical(r);
+}
+
+// ------------------------------------------------------------------- unary
+
+/// How a unary op picks its result dtype.
+#[derive(Clone, Copy)]
+enum UnaryOut {
+    /// Same as the input (`neg`, `abs`, `relu`).
+    Same,
+    /// Floating: integer inputs give the default float (`exp`, `sin`).
+    Float,
+}
+
+/// Registers `aten::name(Tensor self) -> Tensor` and `aten::name_`.
+fn unary(r: &mut Registry, name: &str, out: UnaryOut, body: fn(&mut Func, V) -> V) {
+    r.op_and_inplace(&format!("aten::{name}(Tensor self) -> Tensor"), move |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![apply_unary(cx, x, out, body)])
+    });
+}
+
+fn apply_unary(cx: &mut Cx, x: V, out: UnaryOut, body: fn(&mut Func, V) -> V) -> V {
+    let d = cx.dtype(x);
+    let out = match out {
+        UnaryOut::Same => d,
+        UnaryOut::Float => float_of(d),
+    };
+    let xc = cx.f.convert(x, out.opmath());
+    let y = body(&mut cx.f, xc);
+    cx.f.convert(y, out)
+}
+
+fn gelu(f: &mut Func, x: V, tanh: bool) -> V {
+    let half = f.full_like(x, 0.5);
+    let one = f.full_like(x, 1.0);
+    let inner = if tanh {
+        // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        let c = f.full_like(x, (2.0 / std::f64::consts::PI).sqrt());
+        let k = f.full_like(x, 0.044715);
+        let x2 = f.mul(x, x);
+        let x3 = f.mul(x2, x);
+        let kx3 = f.mul(k, x3);
+        let s = f.add(x, kx3);
+        let cs = f.mul(c, s);
+        f.unary("stablehlo.tanh", cs)
+    } else {
+        // 0.5 x (1 + erf(x / sqrt 2))
+        let r = f.full_like(x, std::f64::consts::FRAC_1_SQRT_2);
+        let xs = f.mul(x, r);
+        f.unary("chlo.erf", xs)
+    };
+    let t = f.add(one, inner);
+    let hx = f.mul(half, x);
+    f.mul(hx, t)
+}
+
+fn register_unary(r: &mut Registry) {
+    use UnaryOut::*;
+    let table: &[(&str, UnaryOut, fn(&mut Func, V) -> V)] = &[
+        ("neg", Same, |f, x| f.neg(x)),
+        ("abs", Same, |f, x| f.unary("stablehlo.abs", x)),
+        ("exp", Float, |f, x| f.unary("stablehlo.exponential", x)),
+        ("expm1", Float, |f, x| f.unary("stablehlo.exponential_minus_one", x)),
+        ("log", Float, |f, x| f.unary("stablehlo.log", x)),
+        ("log1p", Float, |f, x| f.unary("stablehlo.log_plus_one", x)),
+        ("log2", Float, |f, x| {
+            let l = f.unary("stablehlo.log", x);
+            let c = f.full_like(x, std::f64::consts::LOG2_E);
+            f.mul(l, c)
+        }),
+        ("sqrt", Float, |f, x| f.unary("stablehlo.sqrt", x)),
+        ("rsqrt", Float, |f, x| f.unary("stablehlo.rsqrt", x)),
+        ("sin", Float, |f, x| f.unary("stablehlo.sine", x)),
+        ("cos", Float, |f, x| f.unary("stablehlo.cosine", x)),
+        ("tan", Float, |f, x| f.unary("stablehlo.tan", x)),
+        ("tanh", Float, |f, x| f.unary("stablehlo.tanh", x)),
+        ("atan", Float, |f, x| f.unary("chlo.atan", x)),
+        ("sigmoid", Float, |f, x| f.unary("stablehlo.logistic", x)),
+        ("erf", Float, |f, x| f.unary("chlo.erf", x)),
+        ("reciprocal", Float, |f, x| {
+            let one = f.full_like(x, 1.0);
+            f.div(one, x)
+        }),
+        ("relu", Same, |f, x| {
+            let zero = f.full_like(x, 0.0);
+            f.max(x, zero)
+        }),
+        ("silu", Float, |f, x| {
+            let s = f.unary("stablehlo.logistic", x);
+            f.mul(x, s)
+        }),
+        ("floor", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.floor", x) } else { x }),
+        ("ceil", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.ceil", x) } else { x }),
+        ("round", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.round_nearest_even", x) } else { x }),
+        ("trunc", Same, |f, x| if f.ty(x).elem.is_float() { trunc(f, x) } else { x }),
+        ("sign", Same, |f, x| if f.ty(x).elem == crate::hlo::Elem::Pred { x } else { f.unary("stablehlo.sign", x) }),
+    ];
+    for &(name, out, body) in table {
+        unary(r, name, out, body);
+    }
+    r.op_and_inplace("aten::gelu(Tensor self, *, str approximate='none') -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let tanh = match a.opt_str(1).unwrap_or("none") {
+            "none" => false,
+            "tanh" => true,
+            other => bail_op!(&*cx.op, "approximate must be 'none' or 'tanh', not {other:?}"),
+        };
+        let d = float_of(cx.dtype(x));
+        let xc = cx.f.convert(x, d.opmath());
+        let y = gelu(&mut cx.f, xc, tanh);
+        Ok(vec![cx.f.convert(y, d)])
+    });
+    r.op_and_inplace("aten::logical_not(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let b = to_bool(cx, x);
+        Ok(vec![cx.f.not(b)])
+    });
+    r.op("aten::isnan(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![cx.f.compare(Cmp::Ne, x, x)])
+    });
+    r.op("aten::isinf(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        if !cx.ty(x).elem.is_float() {
+            let z = cx.f.full_like(x, 0.0);
+            return Ok(vec![cx.f.compare(Cmp::Ne, z, z)]);
+        }
+        let ab = cx.f.unary("stablehlo.abs", x);
+        let inf = cx.f.full_like(x, f64::INFINITY);
+        Ok(vec![cx.f.compare(Cmp::Eq, ab, inf)])
+    });
+    r.op("aten::isfinite(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        if !cx.ty(x).elem.is_float() {
+            let z = cx.f.full_like(x, 0.0);
+            return Ok(vec![cx.f.compare(Cmp::Eq, z, z)]);
+        }
+        Ok(vec![cx.f.unary_to("stablehlo.is_finite", x, crate::hlo::Elem::Pred)])
+    });
+}
+
+/// Rounds toward zero.
+fn trunc(f: &mut Func, x: V) -> V {
+    let s = f.unary("stablehlo.sign", x);
+    let a = f.unary("stablehlo.abs", x);
+    let fl = f.unary("stablehlo.floor", a);
+    f.mul(s, fl)
+}
+
+/// `x != 0` as bool.
+pub(crate) fn to_bool(cx: &mut Cx, x: V) -> V {
+    if cx.ty(x).elem == crate::hlo::Elem::Pred {
+        return x;
+    }
+    let zero = cx.f.full_like(x, 0.0);
+    cx.f.compare(Cmp::Ne, x, zero)
+}
+
+// ------------------------------------------------------------------ binary
+
+/// A binary body in the compute dtype; `d` is the result dtype.
+type BinBody = fn(&mut Cx, V, V, DType) -> Result<V>;
+
+/// Promotes `a` and `b`, computes in opmath, converts back.
+fn apply_binary(cx: &mut Cx, a: Ew, b: Ew, out: Option<DType>, body: BinBody) -> Result<V> {
+    let d = out.unwrap_or_else(|| result_dtype(cx, &[a, b]));
+    let (vs, _) = prepare(cx, &[a, b], d.opmath())?;
+    let y = body(cx, vs[0], vs[1], d)?;
+    Ok(cx.f.convert(y, d))
+}
+
+/// Registers the `.Tensor` and `.Scalar` overloads and their in-place forms.
+fn binary(r: &mut Registry, name: &str, body: BinBody) {
+    for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
+        r.op_and_inplace(&format!("aten::{name}.{overload}(Tensor self, {ty} other) -> Tensor"), move |cx, a| {
+            let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+            Ok(vec![apply_binary(cx, x, y, None, body)?])
+        });
+    }
+}
+
+/// `self ± alpha * other`.
+fn add_sub(r: &mut Registry, name: &'static str, sub: bool) {
+    for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
+        r.op_and_inplace(
+            &format!("aten::{name}.{overload}(Tensor self, {ty} other, *, Scalar alpha=1) -> Tensor"),
+            move |cx, a| {
+                let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+                let alpha = a.scalar(2)?;
+                let d = result_dtype(cx, &[x, y]);
+                if d == DType::Bool && sub {
+                    bail_op!(
+                        &*cx.op,
+                        "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or \
+                         `logical_xor()` operator instead."
+                    );
+                }
+                if !d.is_float() && alpha.kind == crate::dtype::ScalarKind::Float {
+                    bail_op!(&*cx.op, "For integral input tensors, argument alpha must not be a floating point number.");
+                }
+                let (vs, dims) = prepare(cx, &[x, y], d.opmath())?;
+                let al = materialize(cx, Ew::S(alpha), d.opmath(), &dims);
+                let scaled = if d == DType::Bool { cx.f.and(vs[1], al) } else { cx.f.mul(vs[1], al) };
+                let out = match (sub, d == DType::Bool) {
+                    (false, true) => cx.f.or(vs[0], scaled),
+                    (false, false) => cx.f.add(vs[0], scaled),
+                    (true, _) => cx.f.sub(vs[0], scaled),
+                };
+                Ok(vec![cx.f.convert(out, d)])
+            },
+        );
+    }
+}
+
+/// Floor division as PyTorch computes it for floats (`div_floor_floating`):
+/// exact for values that `floor(a / b)` would round wrongly.
+fn div_floor_float(f: &mut Func, a: V, b: V) -> V {
+    let m = f.binary("stablehlo.remainder", a, b);
+    let am = f.sub(a, m);
+    let div = f.div(am, b);
+    let zero = f.full_like(a, 0.0);
+    let one = f.full_like(a, 1.0);
+    let m_nz = f.compare(Cmp::Ne, m, zero);
+    let b_neg = f.compare(Cmp::Lt, b, zero);
+    let m_neg = f.compare(Cmp::Lt, m, zero);
+    let signs = f.compare(Cmp::Ne, b_neg, m_neg);
+    let adjust = f.and(m_nz, signs);
+    let dm1 = f.sub(div, one);
+    let div = f.select(adjust, dm1, div);
+    let fl = f.unary("stablehlo.floor", div);
+    let frac = f.sub(div, fl);
+    let half = f.full_like(a, 0.5);
+    let round_up = f.compare(Cmp::Gt, frac, half);
+    let fl1 = f.add(fl, one);
+    let fl = f.select(round_up, fl1, fl);
+    // b == 0 (or a division that is exactly 0): fall back to the true quotient.
+    let q = f.div(a, b);
+    let div_zero = f.compare(Cmp::Eq, div, zero);
+    let sign_q = f.unary("stablehlo.sign", q);
+    let signed_zero = f.mul(sign_q, zero);
+    let fl = f.select(div_zero, signed_zero, fl);
+    let b_zero = f.compare(Cmp::Eq, b, zero);
+    f.select(b_zero, q, fl)
+}
+
+/// Integer floor division: truncating division corrected toward -inf.
+fn div_floor_int(f: &mut Func, a: V, b: V) -> V {
+    let q = f.div(a, b);
+    let r = f.binary("stablehlo.remainder", a, b);
+    let zero = f.full_like(a, 0.0);
+    let one = f.full_like(a, 1.0);
+    let r_nz = f.compare(Cmp::Ne, r, zero);
+    let a_neg = f.compare(Cmp::Lt, r, zero);
+    let b_neg = f.compare(Cmp::Lt, b, zero);
+    let signs = f.compare(Cmp::Ne, a_neg, b_neg);
+    let adjust = f.and(r_nz, signs);
+    let qm1 = f.sub(q, one);
+    f.select(adjust, qm1, q)
+}
+
+fn divide(cx: &mut Cx, x: Ew, y: Ew, mode: Option<&str>) -> Result<V> {
+    let d = result_dtype(cx, &[x, y]);
+    match mode {
+        None => {
+            let d = float_of(d);
+            let (vs, _) = prepare(cx, &[x, y], d.opmath())?;
+            let q = cx.f.div(vs[0], vs[1]);
+            Ok(cx.f.convert(q, d))
+        }
+        Some("trunc") | Some("floor") => {
+            if d == DType::Bool {
+                bail_op!(&*cx.op, "rounding division is not supported for bool tensors");
+            }
+            let (vs, _) = prepare(cx, &[x, y], d.opmath())?;
+            let q = match (mode, d.is_float()) {
+                (Some("trunc"), true) => {
+                    let q = cx.f.div(vs[0], vs[1]);
+                    trunc(&mut cx.f, q)
+                }
+                (Some("trunc"), false) => cx.f.div(vs[0], vs[1]),
+                (_, true) => div_floor_float(&mut cx.f, vs[0], vs[1]),
+                (_, false) => div_floor_int(&mut cx.f, vs[0], vs[1]),
+            };
+            Ok(cx.f.convert(q, d))
+        }
+        Some(other) => bail_op!(
+            &*cx.op,
+            "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{other}'"
+        ),
+    }
+}
+
+fn register_binary(r: &mut Registry) {
+    add_sub(r, "add", false);
+    add_sub(r, "sub", true);
+    r.op("aten::rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", |cx, a| {
+        let (x, y, alpha) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?, a.scalar(2)?);
+        let d = result_dtype(cx, &[x, y]);
+        let (vs, dims) = prepare(cx, &[x, y], d.opmath())?;
+        let al = materialize(cx, Ew::S(alpha), d.opmath(), &dims);
+        let s = cx.f.mul(vs[0], al);
+        let o = cx.f.sub(vs[1], s);
+        Ok(vec![cx.f.convert(o, d)])
+    });
+    binary(r, "mul", |cx, a, b, d| Ok(if d == DType::Bool { cx.f.and(a, b) } else { cx.f.mul(a, b) }));
+    for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
+        r.op_and_inplace(&format!("aten::div.{overload}(Tensor self, {ty} other) -> Tensor"), |cx, a| {
+            Ok(vec![divide(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, None)?])
+        });
+        r.op_and_inplace(
+            &format!("aten::div.{overload}_mode(Tensor self, {ty} other, *, str? rounding_mode) -> Tensor"),
+            |cx, a| Ok(vec![divide(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, a.opt_str(2))?]),
+        );
+    }
+    r.op_and_inplace("aten::floor_divide(Tensor self, Tensor other) -> Tensor", |cx, a| {
+        Ok(vec![divide(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, Some("floor"))?])
+    });
+    binary(r, "remainder", |cx, a, b, d| {
+        let f = &mut cx.f;
+        let m = f.binary("stablehlo.remainder", a, b);
+        // Python semantics: the result has the sign of the divisor.
+        let zero = f.full_like(a, 0.0);
+        let m_nz = f.compare(Cmp::Ne, m, zero);
+        let m_neg = f.compare(Cmp::Lt, m, zero);
+        let b_neg = f.compare(Cmp::Lt, b, zero);
+        let signs = f.compare(Cmp::Ne, m_neg, b_neg);
+        let adjust = f.and(m_nz, signs);
+        let mb = f.add(m, b);
+        let _ = d;
+        Ok(f.select(adjust, mb, m))
+    });
+    binary(r, "fmod", |cx, a, b, _| Ok(cx.f.binary("stablehlo.remainder", a, b)));
+    for name in ["maximum", "minimum"] {
+        let max = name == "maximum";
+        r.op(&format!("aten::{name}(Tensor self, Tensor other) -> Tensor"), move |cx, a| {
+            let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+            Ok(vec![apply_binary(cx, x, y, None, if max { |cx, a, b, _| Ok(cx.f.max(a, b)) } else { |cx, a, b, _| Ok(cx.f.min(a, b)) })?])
+        });
+    }
+    // pow: Tensor ** Tensor, Tensor ** Scalar, Scalar ** Tensor.
+    let pow_body: BinBody = |cx, a, b, d| {
+        if d == DType::Bool {
+            bail_op!(&*cx.op, "pow is not implemented for bool tensors");
+        }
+        Ok(cx.f.binary("stablehlo.power", a, b))
+    };
+    r.op_and_inplace("aten::pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", move |cx, a| {
+        Ok(vec![apply_binary(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, None, pow_body)?])
+    });
+    r.op_and_inplace("aten::pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", move |cx, a| {
+        let (x, e) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+        Ok(vec![apply_binary(cx, x, e, None, pow_body)?])
+    });
+    r.op("aten::pow.Scalar(Scalar self, Tensor exponent) -> Tensor", move |cx, a| {
+        Ok(vec![apply_binary(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, None, pow_body)?])
+    });
+    r.op_and_inplace("aten::clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor", |cx, a| {
+        clamp(cx, Ew::arg(a, 0)?, Ew::opt_arg(a, 1), Ew::opt_arg(a, 2))
+    });
+    r.op_and_inplace("aten::clamp.Tensor(Tensor self, Tensor? min=None, Tensor? max=None) -> Tensor", |cx, a| {
+        clamp(cx, Ew::arg(a, 0)?, Ew::opt_arg(a, 1), Ew::opt_arg(a, 2))
+    });
+    r.op_and_inplace("aten::clamp_min(Tensor self, Scalar min) -> Tensor", |cx, a| {
+        clamp(cx, Ew::arg(a, 0)?, Ew::opt_arg(a, 1), None)
+    });
+    r.op_and_inplace("aten::clamp_max(Tensor self, Scalar max) -> Tensor", |cx, a| {
+        clamp(cx, Ew::arg(a, 0)?, None, Ew::opt_arg(a, 1))
+    });
+    r.op("aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", |cx, a| {
+        where_(cx, a.tensor(0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?)
+    });
+    r.op("aten::where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor", |cx, a| {
+        where_(cx, a.tensor(0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?)
+    });
+    r.op("aten::where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor", |cx, a| {
+        where_(cx, a.tensor(0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?)
+    });
+}
+
+fn where_(cx: &mut Cx, cond: V, x: Ew, y: Ew) -> Result<Vec<V>> {
+    if cx.dtype(cond) != DType::Bool {
+        bail_op!(&*cx.op, "where expected condition to be a boolean tensor, but got a tensor with dtype {}", cx.dtype(cond));
+    }
+    let d = result_dtype(cx, &[x, y]);
+    let dims = super::common::broadcast_shape(cx, &[Ew::T(cond), x, y])?;
+    let c = cx.f.broadcast_to(cond, &dims);
+    let xv = materialize(cx, x, d, &dims);
+    let yv = materialize(cx, y, d, &dims);
+    Ok(vec![cx.f.select(c, xv, yv)])
+}
+
+fn clamp(cx: &mut Cx, x: Ew, lo: Option<Ew>, hi: Option<Ew>) -> Result<Vec<V>> {
+    if lo.is_none() && hi.is_none() {
+        bail_op!(&*cx.op, "At least one of 'min' or 'max' must not be None");
+    }
+    let mut all = vec![x];
+    all.extend(lo);
+    all.extend(hi);
+    let d = result_dtype(cx, &all);
+    let (vs, _) = prepare(cx, &all, d.opmath())?;
+    let mut y = vs[0];
+    let mut i = 1;
+    if lo.is_some() {
+        y = cx.f.max(y, vs[i]);
+        i += 1;
+    }
+    if hi.is_some() {
+        y = cx.f.min(y, vs[i]);
+    }
+    Ok(vec![cx.f.convert(y, d)])
+}
+
+// ------------------------------------------------------- compare / logical
+
+fn register_compare_logical(r: &mut Registry) {
+    for (name, dir) in [("eq", Cmp::Eq), ("ne", Cmp::Ne), ("lt", Cmp::Lt), ("le", Cmp::Le), ("gt", Cmp::Gt), ("ge", Cmp::Ge)] {
+        for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
+            r.op_and_inplace(&format!("aten::{name}.{overload}(Tensor self, {ty} other) -> Tensor"), move |cx, a| {
+                let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+                let d = result_dtype(cx, &[x, y]);
+                let (vs, _) = prepare(cx, &[x, y], d)?;
+                Ok(vec![cx.f.compare(dir, vs[0], vs[1])])
+            });
+        }
+    }
+    for name in ["logical_and", "logical_or", "logical_xor"] {
+        r.op_and_inplace(&format!("aten::{name}(Tensor self, Tensor other) -> Tensor"), move |cx, a| {
+            let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+            let dims = super::common::broadcast_shape(cx, &[Ew::T(x), Ew::T(y)])?;
+            let (bx, by) = (to_bool(cx, x), to_bool(cx, y));
+            let (bx, by) = (cx.f.broadcast_to(bx, &dims), cx.f.broadcast_to(by, &dims));
+            Ok(vec![match name {
+                "logical_and" => cx.f.and(bx, by),
+                "logical_or" => cx.f.or(bx, by),
+                _ => cx.f.binary("stablehlo.xor", bx, by),
+            }])
+        });
+    }
+    for (name, op) in [("bitwise_and", "stablehlo.and"), ("bitwise_or", "stablehlo.or"), ("bitwise_xor", "stablehlo.xor")] {
+        for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
+            r.op_and_inplace(&format!("aten::{name}.{overload}(Tensor self, {ty} other) -> Tensor"), move |cx, a| {
+                let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+                let d = result_dtype(cx, &[x, y]);
+                if d.is_float() {
+                    bail_op!(&*cx.op, "bitwise ops are only supported for integer and bool tensors, not {d}");
+                }
+                let (vs, _) = prepare(cx, &[x, y], d)?;
+                Ok(vec![cx.f.binary(op, vs[0], vs[1])])
+            });
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The op registry, keyed by aten names (`aten::add.Tensor`, ...).
+//!
+//! Each op has a schema and a lowering. A lowering turns the op into
+//! StableHLO through a [`Cx`]; since every value it makes is typed, running
+//! the lowering is also the op's shape and dtype inference (memoized per
+//! signature by the runtime, so it never drifts from the program).
+//! View ops additionally have a metadata kernel that makes a new view of the
+//! same storage without running anything.
+//!
+//! Lowerings only print StableHLO. Compiling and executing belong to
+//! [`crate::runtime`].
+
+pub mod common;
+mod copy;
+mod creation;
+mod elementwise;
+mod index;
+mod linalg;
+mod nn;
+mod reduce;
+pub mod schema;
+mod shape_ops;
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use crate::dtype::{DType, ScalarKind};
+use crate::error::{Error, Result};
+use crate::hlo::{Elem, Func, Ty, V};
+use crate::runtime::Runtime;
+use crate::tensor::{Scalar, Value};
+pub use schema::{ArgType, Schema};
+
+/// A runtime scalar argument: its position in the call and its kind. The
+/// value is not known while lowering, so programs never depend on it.
+#[derive(Debug, Clone, Copy)]
+pub struct ScalarRef {
+    pub index: usize,
+    pub kind: ScalarKind,
+}
+
+/// One argument as a lowering sees it.
+#[derive(Debug, Clone)]
+pub enum Input {
+    None,
+    Tensor(V),
+    Tensors(Vec<V>),
+    OptTensors(Vec<Option<V>>),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    Ints(Vec<i64>),
+    /// A Python scalar passed at run time.
+    Scalar(ScalarRef),
+    /// A Python scalar the op needs at compile time (e.g. `arange` bounds).
+    StaticScalar(Scalar),
+    DType(DType),
+}
+
+/// Where a program parameter's buffer comes from at execution time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamSrc {
+    /// The buffer of the call's n-th distinct storage.
+    Storage(usize),
+    /// The offset (i64) of the call's n-th tensor.
+    Offset(usize),
+    /// Scalar argument `arg`, converted to `elem`.
+    Scalar { arg: usize, elem: Elem },
+    /// A fresh `tensor<2xui64>` RNG state from the device's generator.
+    Rng,
+}
+
+/// The lowering context: the function being built and its parameter plan.
+pub struct Cx {
+    pub f: Func,
+    pub op: Arc<str>,
+    plan: Vec<ParamSrc>,
+    scalar_params: Vec<(usize, Elem, V)>,
+}
+
+impl Cx {
+    pub fn new(op: &str) -> Cx {
+        Cx { f: Func::new(), op: op.into(), plan: Vec::new(), scalar_params: Vec::new() }
+    }
+
+    /// Adds a parameter fed from `src`.
+    pub fn param(&mut self, ty: Ty, src: ParamSrc) -> V {
+        self.plan.push(src);
+        self.f.param(ty)
+    }
+
+    pub fn plan(&self) -> &[ParamSrc] {
+        &self.plan
+    }
+
+    /// The runtime scalar `s` as a rank-0 value of type `elem`.
+    pub fn scalar(&mut self, s: ScalarRef, elem: impl Into<Elem>) -> V {
+        let elem = elem.into();
+        if let Some(&(_, _, v)) = self.scalar_params.iter().find(|(i, e, _)| *i == s.index && *e == elem) {
+            return v;
+        }
+        let v = self.param(Ty::scalar(elem), ParamSrc::Scalar { arg: s.index, elem });
+        self.scalar_params.push((s.index, elem, v));
+        v
+    }
+
+    /// A fresh RNG state (`tensor<2xui64>`).
+    pub fn rng_state(&mut self) -> V {
+        self.param(Ty::new(Elem::U64, &[2]), ParamSrc::Rng)
+    }
+
+    pub fn err(&self, msg: impl Into<String>) -> Error {
+        Error::op(&*self.op, msg)
+    }
+
+    pub fn ty(&self, v: V) -> &Ty {
+        self.f.ty(v)
+    }
+    pub fn dims(&self, v: V) -> Vec<i64> {
+        self.f.ty(v).dims.to_vec()
+    }
+    pub fn rank(&self, v: V) -> usize {
+        self.f.ty(v).rank()
+    }
+    pub fn dtype(&self, v: V) -> DType {
+        self.f.ty(v).dtype()
+    }
+}
+
+/// Bound arguments for a lowering, with typed accessors. Types were checked
+/// against the schema when binding, so a mismatch here is a bug.
+pub struct Args<'a> {
+    op: &'a str,
+    items: &'a [Input],
+}
+
+impl<'a> Args<'a> {
+    pub fn new(op: &'a str, items: &'a [Input]) -> Args<'a> {
+        Args { op, items }
+    }
+    fn bad(&self, i: usize, want: &str) -> Error {
+        Error::Internal(format!("{}: argument {i} is not {want}: {:?}", self.op, self.items.get(i)))
+    }
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    pub fn get(&self, i: usize) -> &Input {
+        self.items.get(i).unwrap_or(&Input::None)
+    }
+    pub fn tensor(&self, i: usize) -> Result<V> {
+        match self.get(i) {
+            Input::Tensor(v) => Ok(*v),
+            _ => Err(self.bad(i, "a tensor")),
+        }
+    }
+    pub fn opt_tensor(&self, i: usize) -> Option<V> {
+        match self.get(i) {
+            Input::Tensor(v) => Some(*v),
+            _ => None,
+        }
+    }
+    pub fn tensors(&self, i: usize) -> Result<&[V]> {
+        match self.get(i) {
+            Input::Tensors(v) => Ok(v),
+            _ => Err(self.bad(i, "a tensor list")),
+        }
+    }
+    pub fn opt_tensors(&self, i: usize) -> Result<&[Option<V>]> {
+        match self.get(i) {
+            Input::OptTensors(v) => Ok(v),
+            _ => Err(self.bad(i, "an optional tensor list")),
+        }
+    }
+    pub fn int(&self, i: usize) -> Result<i64> {
+        match self.get(i) {
+            Input::Int(v) => Ok(*v),
+            _ => Err(self.bad(i, "an int")),
+        }
+    }
+    pub fn opt_int(&self, i: usize) -> Option<i64> {
+        match self.get(i) {
+            Input::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+    pub fn float(&self, i: usize) -> Result<f64> {
+        match self.get(i) {
+            Input::Float(v) => Ok(*v),
+            Input::Int(v) => Ok(*v as f64),
+            _ => Err(self.bad(i, "a float")),
+        }
+    }
+    pub fn opt_float(&self, i: usize) -> Option<f64> {
+        match self.get(i) {
+            Input::Float(v) => Some(*v),
+            Input::Int(v) => Some(*v as f64),
+            _ => None,
+        }
+    }
+    pub fn bool(&self, i: usize) -> Result<bool> {
+        match self.get(i) {
+            Input::Bool(v) => Ok(*v),
+            _ => Err(self.bad(i, "a bool")),
+        }
+    }
+    pub fn opt_bool(&self, i: usize) -> Option<bool> {
+        match self.get(i) {
+            Input::Bool(v) => Some(*v),
+            _ => None,
+        }
+    }
+    pub fn opt_str(&self, i: usize) -> Option<&str> {
+        match self.get(i) {
+            Input::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn ints(&self, i: usize) -> Result<&[i64]> {
+        match self.get(i) {
+            Input::Ints(v) => Ok(v),
+            _ => Err(self.bad(i, "an int list")),
+        }
+    }
+    pub fn opt_ints(&self, i: usize) -> Option<&[i64]> {
+        match self.get(i) {
+            Input::Ints(v) => Some(v),
+            _ => None,
+        }
+    }
+    pub fn scalar(&self, i: usize) -> Result<ScalarRef> {
+        match self.get(i) {
+            Input::Scalar(s) => Ok(*s),
+            _ => Err(self.bad(i, "a runtime scalar")),
+        }
+    }
+    pub fn opt_scalar(&self, i: usize) -> Option<ScalarRef> {
+        match self.get(i) {
+            Input::Scalar(s) => Some(*s),
+            _ => None,
+        }
+    }
+    pub fn static_scalar(&self, i: usize) -> Result<Scalar> {
+        match self.get(i) {
+            Input::StaticScalar(s) => Ok(*s),
+            _ => Err(self.bad(i, "a static scalar")),
+        }
+    }
+    pub fn opt_static_scalar(&self, i: usize) -> Option<Scalar> {
+        match self.get(i) {
+            Input::StaticScalar(s) => Some(*s),
+            _ => None,
+        }
+    }
+    pub fn opt_dtype(&self, i: usize) -> Option<DType> {
+        match self.get(i) {
+            Input::DType(d) => Some(*d),
+            _ => None,
+        }
+    }
+}
+
+pub type LowerFn = dyn Fn(&mut Cx, &Args) -> Result<Vec<V>> + Send + Sync;
+/// A metadata kernel: returns the result views, or `None` when the op must
+/// run as a program instead (e.g. `reshape` of a non-viewable layout).
+pub type ViewFn = dyn Fn(&Arc<Runtime>, &[Value]) -> Result<Option<Vec<Value>>> + Send + Sync;
+
+pub struct OpDef {
+    pub schema: Schema,
+    c_name: std::ffi::CString,
+    pub lower: Arc<LowerFn>,
+    pub view: Option<Arc<ViewFn>>,
+    /// Scalars are compile-time constants (they determine shapes).
+    pub static_scalars: bool,
+    /// `copy_` may cast to any dtype; other in-place ops follow `can_cast`.
+    pub any_cast: bool,
+    /// Runs even when its tensors live on different devices (copies).
+    pub cross_device: bool,
+}
+
+impl OpDef {
+    pub fn name(&self) -> &str {
+        &self.schema.name
+    }
+    /// The name, NUL-terminated, for C callers.
+    pub fn c_name(&self) -> &std::ffi::CStr {
+        &self.c_name
+    }
+}
+
+/// All ops, by name.
+pub struct Registry {
+    ops: Vec<OpDef>,
+    by_name: HashMap<String, usize>,
+}
+
+/// Builder handle returned by [`Registry::op`] to set flags.
+pub struct OpEntry<'r>(&'r mut OpDef);
+
+impl OpEntry<'_> {
+    pub fn static_scalars(self) -> Self {
+        self.0.static_scalars = true;
+        self
+    }
+    pub fn any_cast(self) -> Self {
+        self.0.any_cast = true;
+        self
+    }
+    pub fn cross_device(self) -> Self {
+        self.0.cross_device = true;
+        self
+    }
+    pub fn view(self, f: impl Fn(&Arc<Runtime>, &[Value]) -> Result<Option<Vec<Value>>> + Send + Sync + 'static) -> Self {
+        self.0.view = Some(Arc::new(f));
+        self
+    }
+}
+
+impl Registry {
+    fn new() -> Registry {
+        let mut r = Registry { ops: Vec::new(), by_name: HashMap::new() };
+        creation::register(&mut r);
+        elementwise::register(&mut r);
+        reduce::register(&mut r);
+        linalg::register(&mut r);
+        shape_ops::register(&mut r);
+        index::register(&mut r);
+        nn::register(&mut r);
+        copy::register(&mut r);
+        r
+    }
+
+    /// Registers an op from its aten declaration. Panics on a malformed
+    /// declaration or a duplicate: both are bugs in this crate.
+    pub fn op(
+        &mut self,
+        decl: &str,
+        lower: impl Fn(&mut Cx, &Args) -> Result<Vec<V>> + Send + Sync + 'static,
+    ) -> OpEntry<'_> {
+        self.op_shared(decl, Arc::new(lower))
+    }
+
+    /// As [`Registry::op`] with a lowering shared by several declarations
+    /// (a functional op and its in-place variant).
+    pub fn op_shared(&mut self, decl: &str, lower: Arc<LowerFn>) -> OpEntry<'_> {
+        let schema = Schema::parse(decl).unwrap_or_else(|e| panic!("{e}"));
+        let name = schema.name.clone();
+        assert!(!self.by_name.contains_key(&name), "op {name} registered twice");
+        self.by_name.insert(name, self.ops.len());
+        let c_name = std::ffi::CString::new(schema.name.clone()).expect("op names have no NUL");
+        self.ops.push(OpDef { schema, c_name, lower, view: None, static_scalars: false, any_cast: false, cross_device: false });
+        OpEntry(self.ops.last_mut().unwrap())
+    }
+
+    /// Registers `aten::name.overload` and its in-place form `aten::name_.overload`
+    /// (first argument mutated and returned) with one lowering.
+    pub fn op_and_inplace(
+        &mut self,
+        decl: &str,
+        lower: impl Fn(&mut Cx, &Args) -> Result<Vec<V>> + Send + Sync + 'static,
+    ) {
+        let lower: Arc<LowerFn> = Arc::new(lower);
+        self.op_shared(decl, lower.clone());
+        self.op_shared(&inplace_decl(decl), lower);
+    }
+
+    pub fn get(&self, id: usize) -> &OpDef {
+        &self.ops[id]
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.ops.iter().map(|o| o.name())
+    }
+
+    /// Finds an op by full name; `aten::relu` also matches an op registered
+    /// without an overload name.
+    pub fn lookup(&self, name: &str) -> Result<usize> {
+        if let Some(&i) = self.by_name.get(name) {
+            return Ok(i);
+        }
+        let base = name.split('.').next().unwrap_or(name);
+        let overloads: Vec<&str> =
+            self.names().filter(|n| n.split('.').next() == Some(base)).collect();
+        let hint = if !overloads.is_empty() {
+            format!("; overloads of {base}: {}", overloads.join(", "))
+        } else if let Some(near) = self.names().min_by_key(|n| edit_distance(n, name)).filter(|n| edit_distance(n, name) <= 3) {
+            format!("; did you mean {near}?")
+        } else {
+            format!(" ({} ops are registered; ttpu_op_list / Registry::names lists them)", self.ops.len())
+        };
+        Err(Error::UnknownOp { name: name.to_string(), hint })
+    }
+}
+
+/// `aten::add.Tensor(Tensor self, ...) -> Tensor` becomes
+/// `aten::add_.Tensor(Tensor(a!) self, ...) -> Tensor(a!)`.
+fn inplace_decl(decl: &str) -> String {
+    let open = decl.find('(').unwrap();
+    let name = &decl[..open];
+    let (base, overload) = match name.find('.') {
+        Some(d) => (&name[..d], &name[d..]),
+        None => (name, ""),
+    };
+    let args = &decl[open..decl.rfind("->").unwrap()];
+    let args = args.replacen("Tensor self", "Tensor(a!) self", 1);
+    format!("{base}_{overload}{}-> Tensor(a!)", args)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + (ca != *cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The process-wide registry.
+pub fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(Registry::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inplace_declarations() {
+        assert_eq!(
+            inplace_decl("aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"),
+            "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)"
+        );
+        assert_eq!(inplace_decl("aten::relu(Tensor self) -> Tensor"), "aten::relu_(Tensor(a!) self) -> Tensor(a!)");
+    }
+
+    #[test]
+    fn lookup_errors_suggest() {
+        let r = registry();
+        let e = r.lookup("aten::add").unwrap_err().to_string();
+        assert!(e.contains("aten::add.Tensor"), "{e}");
+        let e = r.lookup("aten::relux").unwrap_err().to_string();
+        assert!(e.contains("did you mean aten::relu"), "{e}");
+        let e = r.lookup("aten::definitely_not_an_op").unwrap_err();
+        assert_eq!(e.code(), crate::Code::NotFound);
+    }
+}

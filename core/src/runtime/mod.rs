@@ -1,0 +1,248 @@
+//! The runtime: one PJRT client, its devices, the per-op executable cache,
+//! random generators, and the eager execution of ops ([`eager`]).
+//!
+//! Thread-safe: a [`Runtime`] is shared as `Arc<Runtime>` and every method
+//! takes `&self`.
+
+mod eager;
+pub mod mode;
+pub mod rng;
+pub mod stats;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub use mode::{current_mode, global_mode, set_global_mode, set_thread_mode, thread_mode, ExecMode};
+pub use stats::{Stats, StatsSnapshot};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::hlo::Elem;
+use crate::pjrt::{discovery, Api, Buffer, Client, DeviceInfo, Event};
+use crate::shape;
+use crate::storage::{Storage, StorageValue};
+use crate::tensor::{Scalar, Tensor, Value};
+use eager::Compiled;
+use rng::Generator;
+
+/// How to create a [`Runtime`].
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeOptions {
+    /// The PJRT plugin to load; `None` searches (see [`discovery::find_plugin`]).
+    pub plugin: Option<PathBuf>,
+    /// Number of devices the XLA CPU plugin exposes (its `cpu_device_count`
+    /// option; other plugins ignore it). `None` keeps the plugin's default.
+    pub cpu_device_count: Option<usize>,
+}
+
+/// Scalar arguments are uploaded once per (device, type, bits) and reused, so
+/// a training loop's constant learning rate costs no transfer per step.
+const SCALAR_CACHE_LIMIT: usize = 4096;
+/// Completion events kept before the ready ones are collected.
+const PENDING_EVENTS_LIMIT: usize = 256;
+
+pub struct Runtime {
+    client: Arc<Client>,
+    plugin: PathBuf,
+    cache: Mutex<HashMap<String, Arc<Compiled>>>,
+    stats: Stats,
+    generators: Vec<Mutex<Generator>>,
+    scalars: Mutex<HashMap<(usize, Elem, u64), Arc<Buffer>>>,
+    /// Completion events of launched programs not yet known to be done, and
+    /// the first error from one that failed (reported at the next sync).
+    pending: Mutex<(Vec<Event>, Option<Error>)>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Runtime({} {}, {} devices)", self.platform_name(), self.platform_version(), self.device_count())
+    }
+}
+
+impl Runtime {
+    /// Loads the PJRT plugin and creates a client.
+    pub fn new(options: RuntimeOptions) -> Result<Arc<Runtime>> {
+        let found = discovery::find_plugin(options.plugin.as_deref())?;
+        tracing::info!(path = %found.path.display(), source = found.source, "loading PJRT plugin");
+        let api = Api::load(&found.path)?;
+        let mut create = Vec::new();
+        if let Some(n) = options.cpu_device_count {
+            create.push(crate::pjrt::CreateOption::Int("cpu_device_count".into(), n as i64));
+        }
+        let client = Client::create(api, &create)?;
+        let generators = (0..client.device_count()).map(|_| Mutex::new(Generator::default())).collect();
+        Ok(Arc::new(Runtime {
+            client,
+            plugin: found.path,
+            cache: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+            generators,
+            scalars: Mutex::new(HashMap::new()),
+            pending: Mutex::new((Vec::new(), None)),
+        }))
+    }
+
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+    pub fn plugin_path(&self) -> &Path {
+        &self.plugin
+    }
+    pub fn platform_name(&self) -> &str {
+        self.client.platform_name()
+    }
+    pub fn platform_version(&self) -> &str {
+        self.client.platform_version()
+    }
+    pub fn devices(&self) -> &[DeviceInfo] {
+        self.client.devices()
+    }
+    pub fn device_count(&self) -> usize {
+        self.client.device_count()
+    }
+    /// Checks a device index from a caller.
+    pub fn device(&self, index: i64) -> Result<usize> {
+        self.client.check_device(index)
+    }
+    /// Bytes of live buffers and their peak on `device`.
+    pub fn memory(&self, device: usize) -> Result<(i64, i64)> {
+        let d = self.device(device as i64)?;
+        let m = self.client.memory(d);
+        Ok((m.live(), m.peak()))
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        let mut s = self.stats.snapshot();
+        s.cached_programs = self.cache.lock().len() as u64;
+        s
+    }
+
+    /// Drops every cached executable (the next call of each op compiles).
+    pub fn clear_cache(&self) {
+        self.cache.lock().clear();
+    }
+
+    /// Seeds the generator of every device, as `torch.manual_seed` does.
+    pub fn manual_seed(&self, seed: u64) {
+        for g in &self.generators {
+            g.lock().manual_seed(seed);
+        }
+    }
+
+    pub fn seed(&self, device: usize) -> Result<u64> {
+        let d = self.device(device as i64)?;
+        Ok(self.generators[d].lock().seed())
+    }
+
+    // ------------------------------------------------------------ transfers
+
+    /// A new tensor on `device` holding `data` (dense, row-major, native
+    /// endianness, `dtype` elements of shape `sizes`).
+    pub fn tensor_from_host(&self, data: &[u8], dtype: DType, sizes: &[i64], device: usize) -> Result<Tensor> {
+        let device = self.device(device as i64)?;
+        if let Some(bad) = sizes.iter().find(|&&s| s < 0) {
+            return Err(Error::InvalidArgument(format!("from_host: negative size {bad} in shape {}", shape::fmt(sizes))));
+        }
+        let numel = shape::numel(sizes);
+        let want = numel as usize * dtype.size();
+        if data.len() != want {
+            return Err(Error::InvalidArgument(format!(
+                "from_host: {} bytes given, but a {} tensor of shape {} needs {want}",
+                data.len(),
+                dtype,
+                shape::fmt(sizes)
+            )));
+        }
+        let buf = self.client.buffer_from_host(data, dtype.element_type(), &[numel], device)?;
+        let storage = Storage::new(device, dtype, numel, StorageValue::Buffer(Arc::new(buf)));
+        Ok(Tensor::from_storage(storage, sizes))
+    }
+
+    /// Copies a tensor's elements to the host (dense, row-major), waiting for
+    /// pending work on it. Non-contiguous views are made dense on the device
+    /// first.
+    pub fn tensor_to_host(self: &Arc<Self>, t: &Tensor) -> Result<Vec<u8>> {
+        let dense = if t.is_whole_storage() {
+            t.clone()
+        } else {
+            self.call("aten::clone", &[t.into()])?.remove(0).into_tensor()?
+        };
+        let buf = dense.storage().buffer();
+        let mut out = vec![0u8; buf.bytes()];
+        buf.to_host(&mut out)?;
+        Ok(out)
+    }
+
+    /// Waits for every launched program; returns the first error any of them
+    /// hit since the last sync.
+    pub fn synchronize(&self) -> Result<()> {
+        let (events, err) = {
+            let mut p = self.pending.lock();
+            (std::mem::take(&mut p.0), p.1.take())
+        };
+        let mut first = err;
+        for e in events {
+            if let Err(e) = e.wait() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn track(&self, event: Event) {
+        let mut p = self.pending.lock();
+        p.0.push(event);
+        if p.0.len() >= PENDING_EVENTS_LIMIT {
+            let events = std::mem::take(&mut p.0);
+            for e in events {
+                if e.is_ready().unwrap_or(true) {
+                    if let Err(err) = e.wait() {
+                        p.1.get_or_insert(err);
+                    }
+                } else {
+                    p.0.push(e);
+                }
+            }
+        }
+    }
+
+    /// A cached rank-0 buffer holding `v` as `elem` on `device`.
+    fn scalar_buffer(&self, device: usize, elem: Elem, v: Scalar) -> Result<Arc<Buffer>> {
+        let bytes = elem.host_bytes(v);
+        let mut bits = [0u8; 8];
+        bits[..bytes.len()].copy_from_slice(&bytes);
+        let key = (device, elem, u64::from_le_bytes(bits));
+        if let Some(b) = self.scalars.lock().get(&key) {
+            return Ok(b.clone());
+        }
+        let buf = Arc::new(self.client.buffer_from_host(&bytes, elem.element_type(), &[], device)?);
+        let mut cache = self.scalars.lock();
+        if cache.len() >= SCALAR_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(key, buf.clone());
+        Ok(buf)
+    }
+
+    /// Parses a `Device` argument: an index, `"tpu"` or `"tpu:N"`.
+    fn parse_device(&self, op: &str, v: &Value) -> Result<Option<usize>> {
+        match v {
+            Value::None => Ok(None),
+            Value::Int(i) => self.device(*i).map(Some),
+            Value::Str(s) => {
+                let s = s.trim();
+                if s == "tpu" {
+                    return Ok(Some(0));
+                }
+                match s.strip_prefix("tpu:").and_then(|n| n.parse::<i64>().ok()) {
+                    Some(i) => self.device(i).map(Some),
+                    None => Err(Error::op(op, format!("device {s:?} is not a tpu device (expected \"tpu\" or \"tpu:N\")"))),
+                }
+            }
+            other => Err(Error::op(op, format!("device must be an index or a string, not {}", other.type_name()))),
+        }
+    }
+}

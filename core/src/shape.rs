@@ -1,0 +1,223 @@
+//! Shapes, strides, broadcasting and dim arithmetic, with PyTorch's rules and
+//! error messages.
+
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+
+/// Sizes or strides of a tensor. Six dims live inline.
+pub type Dims = SmallVec<[i64; 6]>;
+
+pub fn numel(sizes: &[i64]) -> i64 {
+    sizes.iter().product()
+}
+
+/// Row-major strides for `sizes`.
+pub fn contiguous_strides(sizes: &[i64]) -> Dims {
+    let mut strides: Dims = smallvec::smallvec![1; sizes.len()];
+    for i in (0..sizes.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * sizes[i + 1].max(1);
+    }
+    strides
+}
+
+/// Whether `(sizes, strides)` is row-major dense. Strides of size-1 dims do
+/// not matter, as in PyTorch's `is_contiguous`.
+pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    if numel(sizes) == 0 {
+        return true;
+    }
+    let mut expected = 1;
+    for i in (0..sizes.len()).rev() {
+        if sizes[i] == 1 {
+            continue;
+        }
+        if strides[i] != expected {
+            return false;
+        }
+        expected *= sizes[i];
+    }
+    true
+}
+
+/// `[2, 3]` style, as PyTorch prints shapes in errors.
+pub fn fmt(sizes: &[i64]) -> String {
+    format!("[{}]", sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// Wraps a possibly negative `dim` for a tensor of rank `rank`.
+pub fn wrap_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
+    // PyTorch treats a 0-dim tensor as having one dim for dim wrapping.
+    let r = rank.max(1) as i64;
+    if dim < -r || dim >= r {
+        return Err(Error::op(
+            op,
+            format!("Dimension out of range (expected to be in range of [{}, {}], but got {dim})", -r, r - 1),
+        ));
+    }
+    Ok(if dim < 0 { (dim + r) as usize } else { dim as usize })
+}
+
+/// Wraps a list of dims and rejects repeats.
+pub fn wrap_dims(op: &str, dims: &[i64], rank: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(dims.len());
+    for &d in dims {
+        let w = wrap_dim(op, d, rank)?;
+        if out.contains(&w) {
+            return Err(Error::op(op, format!("dim {w} appears multiple times in the list of dims")));
+        }
+        out.push(w);
+    }
+    Ok(out)
+}
+
+/// NumPy/PyTorch broadcasting of two shapes.
+pub fn broadcast(op: &str, a: &[i64], b: &[i64]) -> Result<Dims> {
+    let n = a.len().max(b.len());
+    let mut out: Dims = smallvec::smallvec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = if da == db || db == 1 {
+            da
+        } else if da == 1 {
+            db
+        } else {
+            return Err(Error::op(
+                op,
+                format!(
+                    "The size of tensor a ({da}) must match the size of tensor b ({db}) at non-singleton dimension {i} \
+                     (shapes {} and {})",
+                    fmt(a),
+                    fmt(b)
+                ),
+            ));
+        };
+    }
+    Ok(out)
+}
+
+/// Broadcasts several shapes together.
+pub fn broadcast_all(op: &str, shapes: &[&[i64]]) -> Result<Dims> {
+    let mut out: Dims = Dims::new();
+    for s in shapes {
+        out = broadcast(op, &out, s)?;
+    }
+    Ok(out)
+}
+
+/// Resolves a single `-1` in a requested shape against `numel` elements.
+pub fn infer_size(op: &str, shape: &[i64], numel: i64) -> Result<Dims> {
+    let mut out: Dims = shape.into();
+    let mut infer = None;
+    let mut known = 1i64;
+    for (i, &s) in shape.iter().enumerate() {
+        if s == -1 {
+            if infer.is_some() {
+                return Err(Error::op(op, "only one dimension can be inferred"));
+            }
+            infer = Some(i);
+        } else if s < 0 {
+            return Err(Error::op(op, format!("invalid shape dimension {s}")));
+        } else {
+            known *= s;
+        }
+    }
+    match infer {
+        Some(i) if known != 0 && numel % known == 0 => out[i] = numel / known,
+        None if known == numel => {}
+        _ => {
+            return Err(Error::op(op, format!("shape '{}' is invalid for input of size {numel}", fmt(shape))));
+        }
+    }
+    Ok(out)
+}
+
+/// Strides for viewing `(old_sizes, old_strides)` as `new_sizes` without a
+/// copy, or `None` when the memory layout does not allow it. This is
+/// PyTorch's `computeStride`: dims are grouped into chunks that are
+/// contiguous in memory, and a view may only split or merge within a chunk.
+pub fn view_strides(old_sizes: &[i64], old_strides: &[i64], new_sizes: &[i64]) -> Option<Dims> {
+    let mut new_strides: Dims = smallvec::smallvec![0; new_sizes.len()];
+    if old_sizes.is_empty() {
+        return Some(smallvec::smallvec![1; new_sizes.len()]);
+    }
+    let n = numel(old_sizes);
+    if n == 0 && old_sizes == new_sizes {
+        return Some(old_strides.into());
+    }
+    if n == 0 {
+        return Some(contiguous_strides(new_sizes));
+    }
+    let mut view_d = new_sizes.len() as i64 - 1;
+    let mut chunk_base_stride = *old_strides.last().unwrap();
+    let mut tensor_numel = 1;
+    let mut view_numel = 1;
+    for tensor_d in (0..old_sizes.len()).rev() {
+        tensor_numel *= old_sizes[tensor_d];
+        let boundary = tensor_d == 0
+            || (old_sizes[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride);
+        if boundary {
+            while view_d >= 0 && (view_numel < tensor_numel || new_sizes[view_d as usize] == 1) {
+                new_strides[view_d as usize] = view_numel * chunk_base_stride;
+                view_numel *= new_sizes[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if tensor_d > 0 {
+                chunk_base_stride = old_strides[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    if view_d != -1 {
+        return None;
+    }
+    Some(new_strides)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcasting() {
+        assert_eq!(broadcast("t", &[3, 1], &[4]).unwrap().as_slice(), &[3, 4]);
+        assert_eq!(broadcast("t", &[], &[2, 2]).unwrap().as_slice(), &[2, 2]);
+        let e = broadcast("aten::add.Tensor", &[3, 2], &[4]).unwrap_err().to_string();
+        assert!(e.contains("aten::add.Tensor") && e.contains("[3, 2]") && e.contains("[4]"), "{e}");
+    }
+
+    #[test]
+    fn dims() {
+        assert_eq!(wrap_dim("t", -1, 3).unwrap(), 2);
+        assert_eq!(wrap_dim("t", 0, 0).unwrap(), 0);
+        assert!(wrap_dim("t", 3, 3).is_err());
+        assert!(wrap_dims("t", &[0, -3], 3).is_err());
+    }
+
+    #[test]
+    fn strides() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]).as_slice(), &[12, 4, 1]);
+        assert!(is_contiguous(&[2, 1, 3], &[3, 99, 1]));
+        assert!(!is_contiguous(&[2, 3], &[1, 2]));
+        assert_eq!(infer_size("t", &[-1, 4], 12).unwrap().as_slice(), &[3, 4]);
+        assert!(infer_size("t", &[5, -1], 12).is_err());
+    }
+
+    #[test]
+    fn view_stride_rules() {
+        // A contiguous tensor can be viewed as anything.
+        assert_eq!(view_strides(&[2, 3, 4], &[12, 4, 1], &[6, 4]).unwrap().as_slice(), &[4, 1]);
+        // A transposed matrix cannot be flattened ...
+        assert!(view_strides(&[3, 2], &[1, 3], &[6]).is_none());
+        // ... but its dims can be split.
+        assert_eq!(view_strides(&[4, 2], &[1, 4], &[2, 2, 2]).unwrap().as_slice(), &[2, 1, 4]);
+        // A column slice keeps rows separate: [4, 2] out of [4, 8].
+        assert_eq!(view_strides(&[4, 2], &[8, 1], &[4, 2, 1]).unwrap().as_slice(), &[8, 1, 1]);
+        assert!(view_strides(&[4, 2], &[8, 1], &[8]).is_none());
+    }
+}

@@ -1,0 +1,73 @@
+//! Storage: a mutable cell holding the current value of a device buffer.
+//!
+//! A value is immutable. Writing through any view computes a new value
+//! functionally and rebinds the cell, so every alias of the storage sees the
+//! write while every program stays functional (see ARCHITECTURE.md, "Data
+//! model").
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::dtype::DType;
+use crate::pjrt::Buffer;
+
+/// The current contents of a storage.
+#[derive(Clone, Debug)]
+pub enum StorageValue {
+    /// A materialized PJRT buffer: rank 1, `numel` elements of `dtype`.
+    Buffer(Arc<Buffer>),
+}
+
+/// Flat, typed device memory shared by all views of it.
+///
+/// Thread-safe: the cell is behind a mutex, so concurrent readers and writers
+/// never observe a torn value (the ordering of racing writes is, as in
+/// PyTorch, up to the caller).
+pub struct Storage {
+    device: usize,
+    dtype: DType,
+    numel: i64,
+    value: Mutex<StorageValue>,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({} x {}, device {})", self.numel, self.dtype, self.device)
+    }
+}
+
+impl Storage {
+    pub fn new(device: usize, dtype: DType, numel: i64, value: StorageValue) -> Arc<Storage> {
+        Arc::new(Storage { device, dtype, numel, value: Mutex::new(value) })
+    }
+
+    pub fn device(&self) -> usize {
+        self.device
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn numel(&self) -> i64 {
+        self.numel
+    }
+    pub fn nbytes(&self) -> usize {
+        self.numel as usize * self.dtype.size()
+    }
+
+    pub fn value(&self) -> StorageValue {
+        self.value.lock().clone()
+    }
+
+    /// The materialized buffer.
+    pub fn buffer(&self) -> Arc<Buffer> {
+        match &*self.value.lock() {
+            StorageValue::Buffer(b) => b.clone(),
+        }
+    }
+
+    /// Rebinds the cell to a new value (the result of a write).
+    pub fn set(&self, value: StorageValue) {
+        *self.value.lock() = value;
+    }
+}

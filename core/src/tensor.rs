@@ -1,0 +1,265 @@
+//! Tensors are views `(storage, offset, sizes, strides)` over a [`Storage`],
+//! which is PyTorch's own model; and [`Value`], the argument and result type
+//! of an op call (PyTorch's IValue).
+
+use std::sync::Arc;
+
+use crate::dtype::{DType, ScalarKind};
+use crate::error::{Error, Result};
+use crate::shape::{self, Dims};
+use crate::storage::Storage;
+
+/// A view over a storage. Cloning makes another handle to the same view.
+///
+/// Thread-safe (`Send + Sync`); the storage handles concurrent writes.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    offset: i64,
+    sizes: Dims,
+    strides: Dims,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor({} {} on tpu:{}, strides {}, offset {})",
+            self.dtype(),
+            shape::fmt(&self.sizes),
+            self.device(),
+            shape::fmt(&self.strides),
+            self.offset
+        )
+    }
+}
+
+impl Tensor {
+    /// A contiguous tensor covering all of `storage`.
+    pub fn from_storage(storage: Arc<Storage>, sizes: &[i64]) -> Tensor {
+        debug_assert_eq!(shape::numel(sizes), storage.numel());
+        Tensor { storage, offset: 0, sizes: sizes.into(), strides: shape::contiguous_strides(sizes) }
+    }
+
+    /// Another view of the same storage. Checks that the view stays inside it.
+    pub fn view_of(&self, op: &str, offset: i64, sizes: &[i64], strides: &[i64]) -> Result<Tensor> {
+        if sizes.len() != strides.len() {
+            return Err(Error::op(op, format!("sizes {} and strides {} differ in rank", shape::fmt(sizes), shape::fmt(strides))));
+        }
+        if sizes.iter().any(|&s| s < 0) || strides.iter().any(|&s| s < 0) || offset < 0 {
+            return Err(Error::op(
+                op,
+                format!("negative size, stride or offset: sizes {}, strides {}, offset {offset}", shape::fmt(sizes), shape::fmt(strides)),
+            ));
+        }
+        if shape::numel(sizes) > 0 {
+            let last: i64 = offset + sizes.iter().zip(strides).map(|(n, s)| (n - 1) * s).sum::<i64>();
+            if last >= self.storage.numel() {
+                return Err(Error::op(
+                    op,
+                    format!(
+                        "view with sizes {}, strides {} and offset {offset} reaches element {last}, \
+                         out of bounds for a storage of {} elements",
+                        shape::fmt(sizes),
+                        shape::fmt(strides),
+                        self.storage.numel()
+                    ),
+                ));
+            }
+        }
+        Ok(Tensor { storage: self.storage.clone(), offset, sizes: sizes.into(), strides: strides.into() })
+    }
+
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+    pub fn device(&self) -> usize {
+        self.storage.device()
+    }
+    pub fn sizes(&self) -> &[i64] {
+        &self.sizes
+    }
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+    pub fn offset(&self) -> i64 {
+        self.offset
+    }
+    pub fn rank(&self) -> usize {
+        self.sizes.len()
+    }
+    pub fn numel(&self) -> i64 {
+        shape::numel(&self.sizes)
+    }
+    pub fn is_contiguous(&self) -> bool {
+        shape::is_contiguous(&self.sizes, &self.strides)
+    }
+    /// Contiguous, starting at 0 and covering the whole storage: the view is
+    /// the storage's buffer, reshaped.
+    pub fn is_whole_storage(&self) -> bool {
+        self.offset == 0 && self.is_contiguous() && self.numel() == self.storage.numel()
+    }
+    pub fn same_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+}
+
+/// A Python scalar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Scalar {
+    pub fn kind(self) -> ScalarKind {
+        match self {
+            Scalar::Bool(_) => ScalarKind::Bool,
+            Scalar::Int(_) => ScalarKind::Int,
+            Scalar::Float(_) => ScalarKind::Float,
+        }
+    }
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Int(i) => i as f64,
+            Scalar::Float(f) => f,
+        }
+    }
+    pub fn to_i64(self) -> i64 {
+        match self {
+            Scalar::Bool(b) => b as i64,
+            Scalar::Int(i) => i,
+            Scalar::Float(f) => f as i64,
+        }
+    }
+    /// The exact bits, for hashing static scalars into cache keys.
+    pub fn bits(self) -> (u8, u64) {
+        match self {
+            Scalar::Bool(b) => (0, b as u64),
+            Scalar::Int(i) => (1, i as u64),
+            Scalar::Float(f) => (2, f.to_bits()),
+        }
+    }
+}
+
+impl std::fmt::Display for Scalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "{}", if *b { "True" } else { "False" }),
+            Scalar::Int(i) => write!(f, "{i}"),
+            Scalar::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+/// An op argument or result, like PyTorch's IValue.
+#[derive(Debug, Clone)]
+pub enum Value {
+    None,
+    Tensor(Tensor),
+    TensorList(Vec<Tensor>),
+    /// `Tensor?[]`, e.g. the indices of `aten::index.Tensor`.
+    OptTensorList(Vec<Option<Tensor>>),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    Str(String),
+    IntList(Vec<i64>),
+    Scalar(Scalar),
+    DType(DType),
+}
+
+impl Value {
+    /// A short name of the variant, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Tensor(_) => "Tensor",
+            Value::TensorList(_) => "Tensor[]",
+            Value::OptTensorList(_) => "Tensor?[]",
+            Value::Int(_) => "int",
+            Value::Double(_) => "float",
+            Value::Bool(_) => "bool",
+            Value::Str(_) => "str",
+            Value::IntList(_) => "int[]",
+            Value::Scalar(_) => "Scalar",
+            Value::DType(_) => "ScalarType",
+        }
+    }
+
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Takes the tensor out of a result value.
+    pub fn into_tensor(self) -> Result<Tensor> {
+        match self {
+            Value::Tensor(t) => Ok(t),
+            other => Err(Error::InvalidArgument(format!("expected a Tensor result, got {}", other.type_name()))),
+        }
+    }
+}
+
+impl From<Tensor> for Value {
+    fn from(t: Tensor) -> Value {
+        Value::Tensor(t)
+    }
+}
+impl From<&Tensor> for Value {
+    fn from(t: &Tensor) -> Value {
+        Value::Tensor(t.clone())
+    }
+}
+impl From<i64> for Value {
+    fn from(v: i64) -> Value {
+        Value::Int(v)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Double(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Value {
+        Value::Bool(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::Str(v.to_string())
+    }
+}
+impl From<Vec<i64>> for Value {
+    fn from(v: Vec<i64>) -> Value {
+        Value::IntList(v)
+    }
+}
+impl From<&[i64]> for Value {
+    fn from(v: &[i64]) -> Value {
+        Value::IntList(v.to_vec())
+    }
+}
+impl From<Scalar> for Value {
+    fn from(v: Scalar) -> Value {
+        Value::Scalar(v)
+    }
+}
+impl From<DType> for Value {
+    fn from(v: DType) -> Value {
+        Value::DType(v)
+    }
+}
+impl From<Vec<Tensor>> for Value {
+    fn from(v: Vec<Tensor>) -> Value {
+        Value::TensorList(v)
+    }
+}

@@ -1,0 +1,116 @@
+//! The eager runtime end to end on the default plugin: the op cache, runtime
+//! scalars, writes through views, debug mode, and error reporting. Values are
+//! checked against hand-computed results.
+
+use std::sync::Arc;
+
+use torchtpu_core::runtime::{set_thread_mode, ExecMode};
+use torchtpu_core::{Code, DType, Runtime, RuntimeOptions, Scalar, Tensor, Value};
+
+fn rt() -> Arc<Runtime> {
+    Runtime::new(RuntimeOptions::default()).expect("runtime (run scripts/setup.sh to install the CPU plugin)")
+}
+
+fn f32s(rt: &Arc<Runtime>, data: &[f32], sizes: &[i64]) -> Tensor {
+    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    rt.tensor_from_host(&bytes, DType::F32, sizes, 0).unwrap()
+}
+
+fn host_f32(rt: &Arc<Runtime>, t: &Tensor) -> Vec<f32> {
+    rt.tensor_to_host(t).unwrap().chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn second_call_with_same_shapes_does_not_compile() {
+    let rt = rt();
+    let a = f32s(&rt, &[1.0, 2.0, 3.0], &[3]);
+    let b = f32s(&rt, &[10.0, 20.0, 30.0], &[3]);
+    let c = rt.call1("aten::mul.Tensor", &[(&a).into(), (&b).into()]).unwrap();
+    let before = rt.stats();
+    let d = rt.call1("aten::mul.Tensor", &[(&b).into(), (&c).into()]).unwrap();
+    let after = rt.stats();
+    assert_eq!(after.compiles, before.compiles, "same signature must hit the cache");
+    assert_eq!(after.cache_hits, before.cache_hits + 1);
+    assert_eq!(host_f32(&rt, &d), vec![100.0, 800.0, 2700.0]);
+}
+
+#[test]
+fn changing_a_scalar_does_not_recompile() {
+    let rt = rt();
+    let a = f32s(&rt, &[1.0, 2.0], &[2]);
+    let b = f32s(&rt, &[1.0, 1.0], &[2]);
+    let mut outs = Vec::new();
+    let before = rt.stats();
+    for alpha in [0.5, 2.0, -3.0] {
+        let out = rt
+            .call1("aten::add.Tensor", &[(&a).into(), (&b).into(), Value::Scalar(Scalar::Float(alpha))])
+            .unwrap();
+        outs.push(host_f32(&rt, &out));
+    }
+    assert_eq!(rt.stats().compiles - before.compiles, 1, "only the first call compiles");
+    assert_eq!(outs, vec![vec![1.5, 2.5], vec![3.0, 4.0], vec![-2.0, -1.0]]);
+}
+
+#[test]
+fn copy_into_a_strided_view_updates_the_base() {
+    let rt = rt();
+    // base = [[0, 1, 2], [3, 4, 5]]; write its column 1 (stride 3, offset 1).
+    let base = f32s(&rt, &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]);
+    let col = base.view_of("test", 1, &[2], &[3]).unwrap();
+    let src = f32s(&rt, &[-1.0, -2.0], &[2]);
+    let out = rt.call1("aten::copy_", &[(&col).into(), (&src).into()]).unwrap();
+    assert!(out.same_storage(&base));
+    assert_eq!(host_f32(&rt, &base), vec![0.0, -1.0, 2.0, 3.0, -2.0, 5.0]);
+    assert_eq!(host_f32(&rt, &col), vec![-1.0, -2.0]);
+    // An in-place op on a transposed view (a gather/scatter-free strided layout).
+    let t = base.view_of("test", 0, &[3, 2], &[1, 3]).unwrap();
+    rt.call("aten::mul_.Scalar", &[(&t).into(), Value::Scalar(Scalar::Int(10))]).unwrap();
+    assert_eq!(host_f32(&rt, &base), vec![0.0, -10.0, 20.0, 30.0, -20.0, 50.0]);
+}
+
+#[test]
+fn debug_mode_runs_the_same_and_errors_name_the_op() {
+    let rt = rt();
+    set_thread_mode(Some(ExecMode::DeferNeverAndLaunchBlocking)).unwrap();
+    let a = f32s(&rt, &[4.0, 9.0], &[2]);
+    let s = rt.call1("aten::sqrt", &[(&a).into()]).unwrap();
+    assert_eq!(host_f32(&rt, &s), vec![2.0, 3.0]);
+    let b = f32s(&rt, &[1.0, 2.0, 3.0], &[3]);
+    let e = rt.call("aten::add.Tensor", &[(&a).into(), (&b).into()]).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let msg = e.to_string();
+    assert!(msg.contains("aten::add.Tensor") && msg.contains("[2]") && msg.contains("[3]"), "{msg}");
+    set_thread_mode(None).unwrap();
+    // The runtime is still usable.
+    let c = rt.call1("aten::add.Tensor", &[(&a).into(), (&a).into()]).unwrap();
+    assert_eq!(host_f32(&rt, &c), vec![8.0, 18.0]);
+    rt.synchronize().unwrap();
+}
+
+#[test]
+fn device_out_of_range_and_unknown_op() {
+    let rt = rt();
+    let e = rt.tensor_from_host(&[0; 4], DType::F32, &[1], 99).unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange);
+    assert!(e.to_string().contains("99"), "{e}");
+    let e = rt.call("aten::not_an_op", &[]).unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+}
+
+#[test]
+fn tensors_on_different_devices_are_rejected_except_by_copies() {
+    let rt = rt();
+    if rt.device_count() < 2 {
+        return;
+    }
+    let a = f32s(&rt, &[1.0], &[1]);
+    let b = rt.tensor_from_host(&2f32.to_ne_bytes(), DType::F32, &[1], 1).unwrap();
+    let e = rt.call("aten::add.Tensor", &[(&a).into(), (&b).into()]).unwrap_err().to_string();
+    assert!(e.contains("tpu:0") && e.contains("tpu:1"), "{e}");
+    let moved = rt
+        .call1("aten::_to_copy", &[(&a).into(), Value::None, Value::None, Value::Int(1)])
+        .unwrap();
+    assert_eq!(moved.device(), 1);
+    let c = rt.call1("aten::add.Tensor", &[(&moved).into(), (&b).into()]).unwrap();
+    assert_eq!(host_f32(&rt, &c), vec![3.0]);
+}

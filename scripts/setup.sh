@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh machine: Debian build dependencies, the Rust
+# wasm target, the project-local .venv (PJRT CPU plugin, torch, numpy, cffi,
+# pytest, ninja), the pinned cbindgen, and a release build of the runtime.
+# Downloads come only from the package registries (Debian, PyPI, crates.io).
+# A second run on a ready machine only checks stamps and runs a no-op build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# Pinned versions: bump deliberately, together with the committed header.
+CBINDGEN_VERSION=0.29.0
+PY_PACKAGES=(xla-cpu-pjrt numpy cffi pytest ninja)
+TORCH_SPEC="torch"
+
+# --- Debian build dependencies ----------------------------------------------
+need_apt=()
+for pkg in libclang-dev clang; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+    log "installing Debian packages: ${need_apt[*]}"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# --- Rust ---------------------------------------------------------------------
+if command -v rustup >/dev/null 2>&1; then
+    rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
+        || { log "adding the wasm32-unknown-unknown target"; rustup target add wasm32-unknown-unknown; }
+fi
+
+# --- Python virtualenv ----------------------------------------------------------
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    log "creating .venv"
+    "$PY" -m venv .venv
+fi
+STAMP=.venv/.torchtpu-setup
+WANT="packages=${PY_PACKAGES[*]} ${TORCH_SPEC}"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    log "installing Python packages into .venv (torch is large; this takes a few minutes once)"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
+    # The CPU wheel is all the tests need (torch is the oracle).
+    .venv/bin/python -m pip install -q "$TORCH_SPEC"
+    echo "$WANT" > "$STAMP"
+fi
+
+# --- cbindgen (pinned; writes include/torchtpu.h) -----------------------------
+if [ ! -x .tools/bin/cbindgen ] || ! .tools/bin/cbindgen --version | grep -q "$CBINDGEN_VERSION"; then
+    log "installing cbindgen $CBINDGEN_VERSION into .tools"
+    cargo install -q --locked --root .tools cbindgen --version "$CBINDGEN_VERSION"
+fi
+
+# --- build --------------------------------------------------------------------
+log "building libtorchtpu (release)"
+VIRTUAL_ENV="$ROOT/.venv" cargo build --release -q --workspace
