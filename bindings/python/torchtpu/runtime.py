@@ -1,0 +1,312 @@
+"""A Pythonic layer over the C ABI: runtimes, tensors and generic op calls.
+
+Only the C ABI is used (through :mod:`torchtpu._capi`); op semantics live in
+the Rust core. Tensors move to and from NumPy arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ._capi import check, ffi, lib
+
+DEFER_NEVER = 0
+DEFER_NEVER_AND_LAUNCH_BLOCKING = 1
+DEFER_AND_FUSE = 2
+
+# PyTorch ScalarType codes <-> NumPy dtypes. bfloat16 has no NumPy dtype; it
+# travels as raw 16-bit words (see Runtime.from_bytes / Tensor.to_bytes).
+_NP_TO_CODE = {
+    np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
+    np.dtype(np.int64): 4, np.dtype(np.float16): 5, np.dtype(np.float32): 6, np.dtype(np.float64): 7,
+    np.dtype(np.bool_): 11,
+}
+_CODE_TO_NP = {v: k for k, v in _NP_TO_CODE.items()}
+BFLOAT16 = 15
+_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
+DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+               7: "float64", 11: "bool", 15: "bfloat16"}
+
+
+def dtype_code(d: Any) -> int:
+    """A dtype code from a code, a NumPy dtype, a torch dtype or a name."""
+    if isinstance(d, int):
+        return d
+    name = str(d).replace("torch.", "")
+    for code, n in DTYPE_NAMES.items():
+        if n == name:
+            return code
+    return _NP_TO_CODE[np.dtype(d)]
+
+
+class Scalar:
+    """A Python scalar passed as a runtime argument of kind Scalar (a changed
+    value does not recompile). Plain ints and floats also work where the
+    schema says Scalar."""
+
+    def __init__(self, value: bool | int | float):
+        self.value = value
+
+
+class DType:
+    """A dtype argument (schema type ScalarType)."""
+
+    def __init__(self, d: Any):
+        self.code = dtype_code(d)
+
+
+def set_mode(mode: int) -> None:
+    check(lib.ttpu_set_mode(mode))
+
+
+def get_mode() -> int:
+    return int(lib.ttpu_get_mode())
+
+
+def set_thread_mode(mode: int | None) -> None:
+    check(lib.ttpu_set_thread_mode(-1 if mode is None else mode))
+
+
+@contextlib.contextmanager
+def thread_mode(mode: int) -> Iterator[None]:
+    """Runs the block in `mode` on this thread, then restores the previous mode."""
+    prev = int(lib.ttpu_current_mode())
+    set_thread_mode(mode)
+    try:
+        yield
+    finally:
+        set_thread_mode(prev)
+
+
+class Tensor:
+    """An owned tensor handle (a view of device memory)."""
+
+    def __init__(self, runtime: "Runtime", handle):
+        self.runtime = runtime
+        self._h = handle
+
+    @property
+    def handle(self):
+        if self._h is None:
+            raise ValueError("tensor is closed")
+        return self._h
+
+    def close(self) -> None:
+        if self._h is not None:
+            lib.ttpu_tensor_destroy(self._h)
+            self._h = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> "Tensor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def dtype(self) -> int:
+        return int(lib.ttpu_tensor_dtype(self.handle))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        n = lib.ttpu_tensor_ndim(self.handle)
+        p = lib.ttpu_tensor_sizes(self.handle)
+        return tuple(int(p[i]) for i in range(n))
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        n = lib.ttpu_tensor_ndim(self.handle)
+        p = lib.ttpu_tensor_strides(self.handle)
+        return tuple(int(p[i]) for i in range(n))
+
+    @property
+    def offset(self) -> int:
+        return int(lib.ttpu_tensor_offset(self.handle))
+
+    @property
+    def device(self) -> int:
+        return int(lib.ttpu_tensor_device(self.handle))
+
+    def numel(self) -> int:
+        return int(lib.ttpu_tensor_numel(self.handle))
+
+    def same_storage(self, other: "Tensor") -> bool:
+        return bool(lib.ttpu_tensor_same_storage(self.handle, other.handle))
+
+    def to_bytes(self) -> bytes:
+        n = self.numel() * _ITEMSIZE[self.dtype]
+        buf = ffi.new("char[]", max(n, 1))
+        check(lib.ttpu_tensor_to_host(self.runtime.handle, self.handle, buf, n))
+        return ffi.buffer(buf, n)[:]
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy copy. bfloat16 comes back as float32."""
+        raw = self.to_bytes()
+        if self.dtype == BFLOAT16:
+            words = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+            return words.view(np.float32).reshape(self.shape)
+        return np.frombuffer(raw, dtype=_CODE_TO_NP[self.dtype]).reshape(self.shape).copy()
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "Tensor(closed)"
+        return f"Tensor({DTYPE_NAMES.get(self.dtype)} {list(self.shape)} on tpu:{self.device})"
+
+
+class Runtime:
+    """A runtime over one PJRT plugin. Use as a context manager or call close()."""
+
+    def __init__(self, plugin: str | None = None, cpu_device_count: int = 0):
+        opts = ffi.new("ttpu_runtime_options_t*")
+        opts.struct_size = ffi.sizeof("ttpu_runtime_options_t")
+        keep = None
+        if plugin is not None:
+            keep = ffi.new("char[]", plugin.encode())
+            opts.plugin_path = keep
+        opts.cpu_device_count = cpu_device_count
+        out = ffi.new("ttpu_runtime_t**")
+        check(lib.ttpu_runtime_create(opts, out))
+        self._h = out[0]
+
+    @property
+    def handle(self):
+        if self._h is None:
+            raise ValueError("runtime is closed")
+        return self._h
+
+    def close(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            lib.ttpu_runtime_destroy(self._h)
+            self._h = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def platform_name(self) -> str:
+        return ffi.string(lib.ttpu_runtime_platform_name(self.handle)).decode()
+
+    @property
+    def platform_version(self) -> str:
+        return ffi.string(lib.ttpu_runtime_platform_version(self.handle)).decode()
+
+    def device_count(self) -> int:
+        n = ffi.new("size_t*")
+        check(lib.ttpu_runtime_device_count(self.handle, n))
+        return int(n[0])
+
+    def devices(self) -> list[dict]:
+        out = []
+        for i in range(self.device_count()):
+            d = ffi.new("const ttpu_device_t**")
+            check(lib.ttpu_runtime_device(self.handle, i, d))
+            out.append({
+                "index": int(lib.ttpu_device_index(d[0])),
+                "id": int(lib.ttpu_device_id(d[0])),
+                "kind": ffi.string(lib.ttpu_device_kind(d[0])).decode(),
+                "description": ffi.string(lib.ttpu_device_description(d[0])).decode(),
+            })
+        return out
+
+    def from_bytes(self, data: bytes, dtype: Any, shape: Sequence[int], device: int = 0) -> Tensor:
+        code = dtype_code(dtype)
+        sizes = ffi.new("int64_t[]", list(shape) or [0])
+        out = ffi.new("ttpu_tensor_t**")
+        check(lib.ttpu_tensor_from_host(self.handle, ffi.from_buffer(data), len(data), code, sizes, len(shape),
+                                        device, out))
+        return Tensor(self, out[0])
+
+    def from_numpy(self, a: np.ndarray, device: int = 0) -> Tensor:
+        a = np.ascontiguousarray(a)
+        return self.from_bytes(a.tobytes(), a.dtype, a.shape, device)
+
+    def synchronize(self) -> None:
+        check(lib.ttpu_runtime_synchronize(self.handle))
+
+    def manual_seed(self, seed: int) -> None:
+        check(lib.ttpu_runtime_manual_seed(self.handle, seed))
+
+    def clear_cache(self) -> None:
+        check(lib.ttpu_runtime_clear_cache(self.handle))
+
+    def memory(self, device: int = 0) -> tuple[int, int]:
+        live, peak = ffi.new("int64_t*"), ffi.new("int64_t*")
+        check(lib.ttpu_runtime_memory(self.handle, device, live, peak))
+        return int(live[0]), int(peak[0])
+
+    def stats(self) -> dict[str, int]:
+        s = ffi.new("ttpu_stats_t*")
+        s.struct_size = ffi.sizeof("ttpu_stats_t")
+        check(lib.ttpu_runtime_stats(self.handle, s))
+        return {k: int(getattr(s, k)) for k in ("compiles", "compile_ns", "cache_hits", "cache_misses",
+                                                "executions", "view_ops", "cached_programs")}
+
+    def call(self, name: str, *args: Any) -> list[Tensor | None]:
+        """Calls an op by aten name. Returns the flattened results."""
+        keep: list[Any] = []
+        values = ffi.new("ttpu_value_t[]", max(len(args), 1))
+        for i, a in enumerate(args):
+            _to_value(a, values[i], keep)
+        cap = 64
+        outs = ffi.new("ttpu_value_t[]", cap)
+        count = ffi.new("size_t*")
+        check(lib.ttpu_op_call(self.handle, name.encode(), values, len(args), outs, cap, count))
+        res: list[Tensor | None] = []
+        for i in range(count[0]):
+            v = outs[i]
+            res.append(Tensor(self, ffi.cast("ttpu_tensor_t*", v.ptr)) if v.kind == lib.TTPU_VALUE_KIND_TENSOR else None)
+        return res
+
+    def call1(self, name: str, *args: Any) -> Tensor:
+        out = self.call(name, *args)
+        assert len(out) == 1 and out[0] is not None, f"{name} returned {out}"
+        return out[0]
+
+
+def _to_value(a: Any, v, keep: list) -> None:
+    K = lib
+    if a is None:
+        v.kind = K.TTPU_VALUE_KIND_NONE
+    elif isinstance(a, Tensor):
+        v.kind, v.ptr = K.TTPU_VALUE_KIND_TENSOR, a.handle
+    elif isinstance(a, Scalar):
+        x = a.value
+        if isinstance(x, bool):
+            v.kind, v.i = K.TTPU_VALUE_KIND_SCALAR_BOOL, int(x)
+        elif isinstance(x, int):
+            v.kind, v.i = K.TTPU_VALUE_KIND_SCALAR_INT, x
+        else:
+            v.kind, v.d = K.TTPU_VALUE_KIND_SCALAR_DOUBLE, float(x)
+    elif isinstance(a, DType):
+        v.kind, v.i = K.TTPU_VALUE_KIND_DTYPE, a.code
+    elif isinstance(a, bool):
+        v.kind, v.i = K.TTPU_VALUE_KIND_BOOL, int(a)
+    elif isinstance(a, (int, np.integer)):
+        v.kind, v.i = K.TTPU_VALUE_KIND_INT, int(a)
+    elif isinstance(a, (float, np.floating)):
+        v.kind, v.d = K.TTPU_VALUE_KIND_DOUBLE, float(a)
+    elif isinstance(a, str):
+        b = ffi.new("char[]", a.encode())
+        keep.append(b)
+        v.kind, v.ptr, v.len = K.TTPU_VALUE_KIND_STRING, b, len(a.encode())
+    elif isinstance(a, (list, tuple)) and a and all(isinstance(x, Tensor) or x is None for x in a):
+        arr = ffi.new("ttpu_tensor_t*[]", [x.handle if x is not None else ffi.NULL for x in a])
+        keep.append(arr)
+        v.kind, v.ptr, v.len = K.TTPU_VALUE_KIND_TENSOR_LIST, arr, len(a)
+    elif isinstance(a, (list, tuple)):
+        arr = ffi.new("int64_t[]", [int(x) for x in a] or [0])
+        keep.append(arr)
+        v.kind, v.ptr, v.len = K.TTPU_VALUE_KIND_INT_LIST, arr, len(a)
+    else:
+        raise TypeError(f"cannot pass {type(a).__name__} to an op")
