@@ -506,3 +506,22 @@ def test_repeat_strided_and_errors(rt):
     check(call(rt, "aten::repeat", s, [3]), s.repeat(3))
     with pytest.raises(torchtpu.InvalidArgumentError, match="aten::repeat: Number of dimensions of repeat dims"):
         rt.call("aten::repeat", d, [2])
+
+
+# ---------------------------------------------------------------- edge cases
+
+
+def test_empty_and_zero_dim_edges(rt):
+    s = sample(())
+    check(call(rt, "aten::stack", [s, s * 2], 0), torch.stack([s, s * 2]))
+    check(call(rt, "aten::repeat", s, [2, 3]), s.repeat(2, 3))
+    e = torch.empty(0, 3)
+    check(call(rt, "aten::constant_pad_nd", e, [1, 0, 1, 1], 2.0), torch.constant_pad_nd(e, [1, 0, 1, 1], 2.0))
+    check(call(rt, "aten::roll", e, [1], [0]), torch.roll(e, [1], [0]))
+    check(call(rt, "aten::flip", e, [0, 1]), torch.flip(e, [0, 1]))
+    check(call(rt, "aten::tril", e, 0), torch.tril(e))
+    x = sample((1, 3))
+    same_view(rt.call1("aten::expand", tpu(rt, x), [0, 3]), x.expand(0, 3))
+    same_view(rt.call1("aten::slice.Tensor", tpu(rt, x), 1, 2, 1), x[:, 2:1])
+    got = rt.call("aten::split.Tensor", tpu(rt, e), 2, 0)
+    assert [g.shape for g in got] == [tuple(w.shape) for w in e.split(2, 0)]
