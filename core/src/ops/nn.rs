@@ -95,7 +95,9 @@ fn softmax(cx: &mut Cx, x: V, dim: i64, log: bool, out: DType) -> Result<V> {
     let d = shape::wrap_dim(&cx.op, dim, in_dims.len())?;
     // A 0-dim tensor is softmaxed as a single element.
     let dims: Vec<i64> = if in_dims.is_empty() { vec![1] } else { in_dims.clone() };
-    let xc = cx.f.convert(x, out.opmath());
+    // `softmax(x, dtype=...)` first casts the input to `dtype` (rounding).
+    let xc = cx.f.convert(x, out);
+    let xc = cx.f.convert(xc, out.opmath());
     let xc = cx.f.reshape(xc, &dims);
     let elem = cx.ty(xc).elem;
     let init = lowest(&mut cx.f, elem);
@@ -271,7 +273,11 @@ fn conv_params(cx: &Cx, a: &Args, n: usize) -> Result<ConvParams> {
             );
         }
     } else if p.output_padding.iter().any(|&s| s != 0) {
-        bail_op!(&*cx.op, "output_padding is only supported for transposed convolutions, got {}", fmt(&p.output_padding));
+        bail_op!(
+            &*cx.op,
+            "output_padding is only supported for transposed convolutions, got {}",
+            fmt(&p.output_padding)
+        );
     }
     Ok(p)
 }
@@ -280,7 +286,11 @@ fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     let (x, w, bias) = (a.tensor(0)?, a.tensor(1)?, a.opt_tensor(2));
     let (xd, wd) = (cx.dims(x), cx.dims(w));
     if wd.len() < 3 || wd.len() > 5 {
-        bail_op!(&*cx.op, "expected a 3-, 4- or 5-dimensional weight (1-, 2- or 3-d convolution), but got weight of size {}", fmt(&wd));
+        bail_op!(
+            &*cx.op,
+            "expected a 3-, 4- or 5-dimensional weight (1-, 2- or 3-d convolution), but got weight of size {}",
+            fmt(&wd)
+        );
     }
     let n = wd.len() - 2;
     if xd.len() != wd.len() {
@@ -375,9 +385,7 @@ fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
         let wt = cx.f.reverse(wt, &flip);
         let pad: Vec<(i64, i64)> =
             (0..n).map(|i| (ks[i] - 1 - p.padding[i], ks[i] - 1 - p.padding[i] + p.output_padding[i])).collect();
-        out_dims.extend(
-            (0..n).map(|i| (sp[i] - 1) * p.stride[i] - 2 * p.padding[i] + ks[i] + p.output_padding[i]),
-        );
+        out_dims.extend((0..n).map(|i| (sp[i] - 1) * p.stride[i] - 2 * p.padding[i] + ks[i] + p.output_padding[i]));
         if out_dims[2..].iter().any(|&s| s <= 0) {
             bail_op!(
                 &*cx.op,
@@ -464,7 +472,11 @@ fn pool2d(
     let padding = pair(cx, "padding", padding, None)?;
     let dilation = pair(cx, "dilation", dilation, None)?;
     if !(dims.len() == 3 || dims.len() == 4) || dims[dims.len() - 3..].contains(&0) {
-        bail_op!(&*cx.op, "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got: {}", fmt(&dims));
+        bail_op!(
+            &*cx.op,
+            "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got: {}",
+            fmt(&dims)
+        );
     }
     if kernel.iter().any(|&k| k <= 0) {
         bail_op!(&*cx.op, "kernel size should be greater than zero, but got kernel_size={}", fmt(&kernel));
@@ -503,24 +515,40 @@ fn pool2d(
     Ok(Pool2d { kernel, stride, padding, dilation, out })
 }
 
+/// `reduce_window` attributes.
+struct Window {
+    dims: Vec<i64>,
+    strides: Vec<i64>,
+    dilations: Vec<i64>,
+    padding: Vec<(i64, i64)>,
+}
+
+impl Window {
+    fn reduce(&self, f: &mut Func, inputs: &[V], inits: &[V], body: impl FnOnce(&mut Func, &[V]) -> Vec<V>) -> Vec<V> {
+        f.reduce_window_with(inputs, inits, &self.dims, &self.strides, &self.dilations, &self.padding, body)
+    }
+}
+
 impl Pool2d {
-    /// `reduce_window` attributes over all dims of a rank-`rank` input with
-    /// spatial size `hw`: low padding `padding`, high padding extended so
-    /// that the last (ceil-mode) window fits.
-    fn window(&self, rank: usize, hw: [i64; 2]) -> (Vec<i64>, Vec<i64>, Vec<i64>, Vec<(i64, i64)>) {
+    /// The window over all dims of a rank-`rank` input with spatial size
+    /// `hw`: low padding `padding`, high padding extended so that the last
+    /// (ceil-mode) window fits.
+    fn window(&self, rank: usize, hw: [i64; 2]) -> Window {
         let lead = rank - 2;
-        let mut window = vec![1; lead];
-        let mut strides = vec![1; lead];
-        let mut dil = vec![1; lead];
-        let mut pad = vec![(0, 0); lead];
-        for i in 0..2 {
-            window.push(self.kernel[i]);
-            strides.push(self.stride[i]);
-            dil.push(self.dilation[i]);
+        let mut w = Window {
+            dims: vec![1; lead],
+            strides: vec![1; lead],
+            dilations: vec![1; lead],
+            padding: vec![(0, 0); lead],
+        };
+        for (i, &size) in hw.iter().enumerate() {
+            w.dims.push(self.kernel[i]);
+            w.strides.push(self.stride[i]);
+            w.dilations.push(self.dilation[i]);
             let span = (self.out[i] - 1) * self.stride[i] + (self.kernel[i] - 1) * self.dilation[i] + 1;
-            pad.push((self.padding[i], (span - hw[i] - self.padding[i]).max(0)));
+            w.padding.push((self.padding[i], (span - size - self.padding[i]).max(0)));
         }
-        (window, strides, dil, pad)
+        w
     }
 }
 
@@ -575,8 +603,7 @@ fn register_pooling(r: &mut Registry) {
             // any real element.
             let init_v = lowest(&mut cx.f, elem);
             let init_i = cx.f.splat_int(&Ty::scalar(Elem::I64), i64::MAX);
-            let (window, strides, dil, pad) = p.window(rank, [h, w]);
-            let out = cx.f.reduce_window_with(&[x, idx], &[init_v, init_i], &window, &strides, &dil, &pad, |f, v| {
+            let out = p.window(rank, [h, w]).reduce(&mut cx.f, &[x, idx], &[init_v, init_i], |f, v| {
                 let a_wins = pool_better(f, v[0], v[1], v[2], v[3], float);
                 vec![f.select(a_wins, v[0], v[2]), f.select(a_wins, v[1], v[3])]
             });
@@ -600,11 +627,11 @@ fn register_pooling(r: &mut Registry) {
             let dims = cx.dims(x);
             let rank = dims.len();
             let (h, w) = (dims[rank - 2], dims[rank - 1]);
-            let (window, strides, dil, pad) = p.window(rank, [h, w]);
             let xc = up(cx, x);
             let acc = cx.ty(xc).elem;
             let zero = cx.f.constant(acc, 0.0);
-            let s = cx.f.reduce_window_with(&[xc], &[zero], &window, &strides, &dil, &pad, |f, v| vec![f.add(v[0], v[1])])[0];
+            let add = |f: &mut Func, v: &[V]| vec![f.add(v[0], v[1])];
+            let s = p.window(rank, [h, w]).reduce(&mut cx.f, &[xc], &[zero], add)[0];
             let out_dims = cx.dims(s);
             let y = match divisor {
                 Some(k) => {
@@ -624,16 +651,15 @@ fn register_pooling(r: &mut Registry) {
                     } else {
                         ones
                     };
-                    let (win2, str2, dil2, mut pad2) = p.window(2, [h, w]);
+                    let mut win = p.window(2, [h, w]);
                     if include_pad {
-                        for (i, q) in pad2.iter_mut().enumerate() {
+                        // The plane already holds the padding.
+                        for (i, q) in win.padding.iter_mut().enumerate() {
                             q.0 = 0;
                             q.1 = (q.1 - p.padding[i]).max(0);
                         }
                     }
-                    let count = cx.f.reduce_window_with(&[ones], &[zero], &win2, &str2, &dil2, &pad2, |f, v| {
-                        vec![f.add(v[0], v[1])]
-                    })[0];
+                    let count = win.reduce(&mut cx.f, &[ones], &[zero], add)[0];
                     let lead: Vec<i64> = (rank as i64 - 2..rank as i64).collect();
                     let count = cx.f.broadcast_in_dim(count, &lead, &out_dims);
                     let q = cx.f.div(s, count);
@@ -771,7 +797,11 @@ fn register_loss(r: &mut Registry) {
                 bail_op!(&*cx.op, "input tensor should be 1D or 2D, but got input of size {}", fmt(&xd));
             }
             if td.len() > 1 {
-                bail_op!(&*cx.op, "0D or 1D target tensor expected, multi-target not supported (got target of size {})", fmt(&td));
+                bail_op!(
+                    &*cx.op,
+                    "0D or 1D target tensor expected, multi-target not supported (got target of size {})",
+                    fmt(&td)
+                );
             }
             let batch = if xd.len() == 2 { xd[0] } else { 1 };
             let tn = if td.is_empty() { 1 } else { td[0] };
@@ -800,10 +830,18 @@ fn register_loss(r: &mut Registry) {
             let (reduction, ignore) = (a.int(3)?, a.int(4)?);
             let (xd, td) = (cx.dims(x), cx.dims(t));
             if xd.len() != 4 {
-                bail_op!(&*cx.op, "only batches of spatial inputs supported (4D tensors), but got input of size: {}", fmt(&xd));
+                bail_op!(
+                    &*cx.op,
+                    "only batches of spatial inputs supported (4D tensors), but got input of size: {}",
+                    fmt(&xd)
+                );
             }
             if td.len() != 3 {
-                bail_op!(&*cx.op, "only batches of spatial targets supported (3D tensors) but got targets of size: {}", fmt(&td));
+                bail_op!(
+                    &*cx.op,
+                    "only batches of spatial targets supported (3D tensors) but got targets of size: {}",
+                    fmt(&td)
+                );
             }
             if td[0] != xd[0] || td[1] != xd[2] || td[2] != xd[3] {
                 bail_op!(
@@ -865,12 +903,16 @@ fn register_embedding(r: &mut Registry) {
 type ActBody = fn(&mut Func, V, &[V]) -> V;
 
 /// Registers an activation whose trailing arguments are runtime scalars; with
-/// `inplace`, also its `aten::name_` form.
-fn activation(r: &mut Registry, decl: &'static str, inplace: bool, body: ActBody) {
+/// `inplace`, also its `aten::name_` form. Only `ints` activations accept
+/// integer tensors (`hardtanh` is a clamp).
+fn activation(r: &mut Registry, decl: &'static str, inplace: bool, ints: bool, body: ActBody) {
     let lower = move |cx: &mut Cx, a: &Args| -> Result<Vec<V>> {
         let x = a.tensor(0)?;
         let name = cx.op.trim_start_matches("aten::").to_string();
-        let d = require_float(cx, x, &name)?;
+        let d = cx.dtype(x);
+        if !(d.is_float() || ints && d.is_int()) {
+            bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
+        }
         let xc = up(cx, x);
         let dims = cx.dims(xc);
         let scalars: Vec<V> = (1..a.len())
@@ -902,11 +944,17 @@ fn hardsigmoid(f: &mut Func, x: V) -> V {
 }
 
 fn register_activations(r: &mut Registry) {
-    activation(r, "aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor", true, |f, x, s| {
-        let lo = f.max(x, s[0]);
-        f.min(lo, s[1])
-    });
-    activation(r, "aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor", true, |f, x, s| {
+    activation(
+        r,
+        "aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
+        true,
+        true,
+        |f, x, s| {
+            let lo = f.max(x, s[0]);
+            f.min(lo, s[1])
+        },
+    );
+    activation(r, "aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor", true, false, |f, x, s| {
         let zero = f.full_like(x, 0.0);
         let pos = f.compare(Cmp::Gt, x, zero);
         let neg = f.mul(x, s[0]);
@@ -916,6 +964,7 @@ fn register_activations(r: &mut Registry) {
         r,
         "aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor",
         true,
+        false,
         |f, x, s| {
             // x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale
             let zero = f.full_like(x, 0.0);
@@ -928,21 +977,27 @@ fn register_activations(r: &mut Registry) {
             f.select(pos, p, n)
         },
     );
-    activation(r, "aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor", false, |f, x, s| {
-        // x * beta > threshold ? x : log1p(exp(x * beta)) / beta
-        let xb = f.mul(x, s[0]);
-        let lin = f.compare(Cmp::Gt, xb, s[1]);
-        let e = f.unary("stablehlo.exponential", xb);
-        let l = f.unary("stablehlo.log_plus_one", e);
-        let l = f.div(l, s[0]);
-        f.select(lin, x, l)
-    });
-    activation(r, "aten::hardsigmoid(Tensor self) -> Tensor", true, |f, x, _| hardsigmoid(f, x));
-    activation(r, "aten::hardswish(Tensor self) -> Tensor", true, |f, x, _| {
+    activation(
+        r,
+        "aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
+        false,
+        false,
+        |f, x, s| {
+            // x * beta > threshold ? x : log1p(exp(x * beta)) / beta
+            let xb = f.mul(x, s[0]);
+            let lin = f.compare(Cmp::Gt, xb, s[1]);
+            let e = f.unary("stablehlo.exponential", xb);
+            let l = f.unary("stablehlo.log_plus_one", e);
+            let l = f.div(l, s[0]);
+            f.select(lin, x, l)
+        },
+    );
+    activation(r, "aten::hardsigmoid(Tensor self) -> Tensor", true, false, |f, x, _| hardsigmoid(f, x));
+    activation(r, "aten::hardswish(Tensor self) -> Tensor", true, false, |f, x, _| {
         let h = hardsigmoid(f, x);
         f.mul(x, h)
     });
-    activation(r, "aten::mish(Tensor self) -> Tensor", true, |f, x, _| {
+    activation(r, "aten::mish(Tensor self) -> Tensor", true, false, |f, x, _| {
         // x * tanh(softplus(x))
         let e = f.unary("stablehlo.exponential", x);
         let sp = f.unary("stablehlo.log_plus_one", e);
