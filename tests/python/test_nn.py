@@ -176,6 +176,16 @@ def test_conv_transpose2d(rt, cfg):
     check(call(rt, "aten::convolution", *args), A.convolution(*args), atol=1e-4, rtol=1e-4)
 
 
+def test_conv_empty_batch_and_ignored_output_padding(rt):
+    x, w = sample((0, 3, 6, 6)), sample((4, 3, 3, 3))
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    check(call(rt, "aten::convolution", *args), A.convolution(*args))
+    # A regular convolution ignores output_padding.
+    x = sample((1, 3, 6, 6))
+    args = (x, w, None, [1, 1], [0, 0], [1, 1], False, [1, 1], 1)
+    check(call(rt, "aten::convolution", *args), A.convolution(*args), atol=1e-4, rtol=1e-4)
+
+
 def test_conv_transpose1d_and_underscore_convolution(rt):
     x, w = sample((1, 2, 7)), sample((2, 3, 4))
     args = (x, w, None, [3], [1], [1], True, [2], 1)

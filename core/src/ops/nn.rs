@@ -40,11 +40,6 @@ fn sum(cx: &mut Cx, x: V, dims: &[usize]) -> V {
     cx.f.reduce(x, zero, dims, Reducer::Add)
 }
 
-/// A rank-0 constant of `v`'s element type, broadcast to `v`'s shape.
-fn splat_like(cx: &mut Cx, like: V, c: f64) -> V {
-    cx.f.full_like(like, c)
-}
-
 /// The lowest value of an element type: -inf for floats, the minimum for
 /// integers (max-pool padding and initial values).
 fn lowest(f: &mut Func, elem: Elem) -> V {
@@ -192,14 +187,14 @@ fn register_layer_norm(r: &mut Registry) {
             let n = shape::numel(&norm) as f64;
             let xc = up(cx, x);
             let mean = sum(cx, xc, &red);
-            let inv_n = splat_like(cx, mean, 1.0 / n);
+            let inv_n = cx.f.full_like(mean, 1.0 / n);
             let mean = cx.f.mul(mean, inv_n);
             let mean_b = expand_reduced(cx, mean, &dims, &red);
             let xm = cx.f.sub(xc, mean_b);
             let sq = cx.f.mul(xm, xm);
             let var = sum(cx, sq, &red);
             let var = cx.f.mul(var, inv_n);
-            let eps_v = splat_like(cx, var, eps);
+            let eps_v = cx.f.full_like(var, eps);
             let var = cx.f.add(var, eps_v);
             let rstd = cx.f.unary("stablehlo.rsqrt", var);
             let rstd_b = expand_reduced(cx, rstd, &dims, &red);
@@ -272,13 +267,8 @@ fn conv_params(cx: &Cx, a: &Args, n: usize) -> Result<ConvParams> {
                 fmt(&p.dilation)
             );
         }
-    } else if p.output_padding.iter().any(|&s| s != 0) {
-        bail_op!(
-            &*cx.op,
-            "output_padding is only supported for transposed convolutions, got {}",
-            fmt(&p.output_padding)
-        );
     }
+    // A regular convolution ignores output_padding, as PyTorch does.
     Ok(p)
 }
 
@@ -309,11 +299,10 @@ fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     // Channels: weight is [out, in/g, k...] or, transposed, [in, out/g, k...].
     let (in_ch, out_ch) = if p.transposed { (wd[0], wd[1] * g) } else { (wd[1] * g, wd[0]) };
     if xd[1] != in_ch {
-        let tr = if p.transposed { "transposed=1" } else { "groups=" };
-        let tr = if p.transposed { tr.to_string() } else { format!("{tr}{g}") };
+        let given = if p.transposed { "transposed=1".to_string() } else { format!("groups={g}") };
         bail_op!(
             &*cx.op,
-            "Given {tr}, weight of size {}, expected input{} to have {in_ch} channels, but got {} channels instead",
+            "Given {given}, weight of size {}, expected input{} to have {in_ch} channels, but got {} channels instead",
             fmt(&wd),
             fmt(&xd),
             xd[1]
