@@ -28,8 +28,11 @@ fi
 
 # --- Rust ---------------------------------------------------------------------
 if command -v rustup >/dev/null 2>&1; then
+    # Needed by the wasm plugins; the runtime builds without it, so a failed
+    # download is a warning, not a failed setup.
     rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
-        || { log "adding the wasm32-unknown-unknown target"; rustup target add wasm32-unknown-unknown; }
+        || { log "adding the wasm32-unknown-unknown target"; rustup target add wasm32-unknown-unknown \
+             || log "warning: could not add wasm32-unknown-unknown (plugins will not build)"; }
 fi
 
 # --- Python virtualenv ----------------------------------------------------------

@@ -49,7 +49,9 @@ pub fn classify(storage_numel: i64, offset: i64, sizes: &[i64], strides: &[i64])
     let mut order: Vec<usize> = (0..sizes.len()).filter(|&d| sizes[d] > 1 && strides[d] > 0).collect();
     order.sort_by(|&a, &b| strides[b].cmp(&strides[a]).then(a.cmp(&b)));
     if order.is_empty() {
-        return Layout::Block;
+        // Every element is the one at the offset (a 0-dim tensor expanded):
+        // read one element and broadcast it.
+        return Layout::Strided(Strided { order, base: Vec::new(), extent: 1 });
     }
     let mut base = vec![sizes[order[0]]];
     for w in order.windows(2) {
@@ -226,6 +228,8 @@ mod tests {
         }
         // Expanded dims (stride 0) are broadcasts, not strides.
         assert!(matches!(classify(3, 0, &[4, 3], &[0, 1]), Layout::Strided(_)));
+        // A single element expanded to several.
+        assert!(matches!(classify(1, 0, &[2, 3], &[0, 0]), Layout::Strided(Strided { extent: 1, .. })));
         // Overlapping windows (as_strided) need a gather.
         assert_eq!(classify(10, 0, &[4, 3], &[2, 1]), Layout::Gather);
     }

@@ -47,6 +47,15 @@ pub enum Reducer {
 }
 
 impl Reducer {
+    /// Combines two values (max/min propagate NaN, see [`Func::max`]).
+    pub fn apply(self, f: &mut Func, a: V, b: V) -> V {
+        match self {
+            Reducer::Max => f.max(a, b),
+            Reducer::Min => f.min(a, b),
+            r => f.binary(r.op(), a, b),
+        }
+    }
+
     pub fn op(self) -> &'static str {
         match self {
             Reducer::Add => "stablehlo.add",
@@ -295,11 +304,24 @@ impl Func {
     pub fn div(&mut self, a: V, b: V) -> V {
         self.binary("stablehlo.divide", a, b)
     }
+    /// Elementwise maximum; NaN-propagating for floats, as in PyTorch (XLA's
+    /// CPU `maximum` returns the non-NaN operand when only `b` is NaN).
     pub fn max(&mut self, a: V, b: V) -> V {
-        self.binary("stablehlo.maximum", a, b)
+        self.nan_propagating("stablehlo.maximum", a, b)
     }
+    /// Elementwise minimum; NaN-propagating for floats.
     pub fn min(&mut self, a: V, b: V) -> V {
-        self.binary("stablehlo.minimum", a, b)
+        self.nan_propagating("stablehlo.minimum", a, b)
+    }
+    fn nan_propagating(&mut self, op: &str, a: V, b: V) -> V {
+        let m = self.binary(op, a, b);
+        if !self.ty(a).elem.is_float() {
+            return m;
+        }
+        let a_nan = self.compare(Cmp::Ne, a, a);
+        let m = self.select(a_nan, a, m);
+        let b_nan = self.compare(Cmp::Ne, b, b);
+        self.select(b_nan, b, m)
     }
     pub fn and(&mut self, a: V, b: V) -> V {
         self.binary("stablehlo.and", a, b)
@@ -491,7 +513,7 @@ impl Func {
 
     /// Reduces one input over `dims` with a single-op body.
     pub fn reduce(&mut self, x: V, init: V, dims: &[usize], r: Reducer) -> V {
-        self.reduce_with(&[x], &[init], dims, |f, a| vec![f.binary(r.op(), a[0], a[1])])[0]
+        self.reduce_with(&[x], &[init], dims, |f, a| vec![r.apply(f, a[0], a[1])])[0]
     }
 
     /// `stablehlo.reduce_window` with a custom body.
@@ -655,7 +677,7 @@ impl Func {
     ) -> V {
         let elem = self.ty(operand).elem;
         let region = self.region(&[Ty::scalar(elem), Ty::scalar(elem)], |f, a| match combine {
-            Some(r) => vec![f.binary(r.op(), a[0], a[1])],
+            Some(r) => vec![r.apply(f, a[0], a[1])],
             None => vec![a[1]],
         });
         let mut fields = Vec::new();

@@ -172,114 +172,26 @@ impl Runtime {
         Ok(target)
     }
 
+    /// The StableHLO program a call would run (compiled or not), for
+    /// inspection: what a user sees when asking "what does this op do".
+    pub fn lowered_text(self: &Arc<Self>, name: &str, args: &[Value]) -> Result<String> {
+        let reg = registry();
+        let def = reg.get(reg.lookup(name)?);
+        let bound = def.schema.bind(args)?;
+        Ok(lower(def, &bound, &Flat::new(&bound))?.text)
+    }
+
     fn compile(&self, def: &OpDef, bound: &[Value], flat: &Flat) -> Result<Compiled> {
         let op = def.name();
-        let mut cx = Cx::new(op);
-        let slot_vals: Vec<V> = flat
-            .slots
-            .iter()
-            .enumerate()
-            .map(|(s, st)| cx.param(Ty::new(st.dtype(), &[st.numel()]), ParamSrc::Storage(s)))
-            .collect();
-        let mut reads = Vec::with_capacity(flat.tensors.len());
-        let mut offsets = Vec::with_capacity(flat.tensors.len());
-        for (ti, t) in flat.tensors.iter().enumerate() {
-            let layout = &flat.layouts[ti];
-            let offset = (*layout != Layout::Whole).then(|| cx.param(Ty::scalar(Elem::I64), ParamSrc::Offset(ti)));
-            reads.push(view::read(&mut cx.f, slot_vals[flat.slot_of[ti]], layout, offset, t.sizes(), t.strides()));
-            offsets.push(offset);
-        }
-
-        let inputs = lowering_inputs(def, bound, &flat.first_of_arg, &reads);
-        let outs = (def.lower)(&mut cx, &Args::new(op, &inputs))?;
-
-        // Map the lowering's values to program outputs and schema returns.
-        let schema = &def.schema;
-        let mut outputs: Vec<V> = Vec::new();
-        let mut specs: Vec<Out> = Vec::new();
-        let new_output = |cx: &mut Cx, v: V, outputs: &mut Vec<V>, specs: &mut Vec<Out>| {
-            let sizes: Dims = cx.dims(v).into();
-            let dtype = cx.dtype(v);
-            let flat_v = cx.f.reshape(v, &[shape::numel(&sizes)]);
-            outputs.push(flat_v);
-            specs.push(Out::New { sizes, dtype });
-            outputs.len() - 1
-        };
-        let mut slot_new: Vec<Option<V>> = vec![None; flat.slots.len()];
-        let mut write = |cx: &mut Cx, arg: usize, v: V| -> Result<()> {
-            let ti = flat.first_of_arg[arg];
-            let t = &flat.tensors[ti];
-            let got = cx.dims(v);
-            if got != t.sizes() {
-                return Err(cx.err(format!(
-                    "output with shape {} doesn't match the broadcast shape {}",
-                    shape::fmt(t.sizes()),
-                    shape::fmt(&got)
-                )));
-            }
-            let from = cx.dtype(v);
-            if from != t.dtype() && !def.any_cast && !can_cast(from, t.dtype()) {
-                return Err(cx.err(format!("result type {from} can't be cast to the desired output type {}", t.dtype())));
-            }
-            if t.sizes().iter().zip(t.strides()).any(|(&n, &s)| n > 1 && s == 0) {
-                return Err(cx.err(format!(
-                    "unsupported operation: more than one element of the written-to tensor (sizes {}, strides {}) \
-                     refers to a single memory location. Please clone() the tensor before performing the operation.",
-                    shape::fmt(t.sizes()),
-                    shape::fmt(t.strides())
-                )));
-            }
-            let v = cx.f.convert(v, t.dtype());
-            let slot = flat.slot_of[ti];
-            let base = slot_new[slot].unwrap_or(slot_vals[slot]);
-            slot_new[slot] = Some(view::write(&mut cx.f, base, &flat.layouts[ti], offsets[ti], t.sizes(), t.strides(), v));
-            Ok(())
-        };
-
-        let mut returns = Vec::new();
-        if schema.returns.len() == 1 && schema.returns[0] == "Tensor[]" {
-            let ids = outs.iter().map(|&v| new_output(&mut cx, v, &mut outputs, &mut specs)).collect();
-            returns.push(Ret::List(ids));
-        } else if schema.returns.is_empty() {
-            // Ops returning nothing (`_foreach_add_`) give the new values of
-            // their mutated arguments, in order.
-            let mutated: Vec<usize> = (0..schema.args.len()).filter(|&i| schema.args[i].mutable).collect();
-            if outs.len() != mutated.len() {
-                return Err(Error::Internal(format!("{op}: lowering gave {} values for {} mutated arguments", outs.len(), mutated.len())));
-            }
-            for (&arg, &v) in mutated.iter().zip(&outs) {
-                write(&mut cx, arg, v)?;
-            }
-        } else {
-            if outs.len() != schema.returns.len() {
-                return Err(Error::Internal(format!("{op}: lowering gave {} values for {} returns", outs.len(), schema.returns.len())));
-            }
-            for (r, &v) in outs.iter().enumerate() {
-                match schema.return_alias[r] {
-                    Some(arg) if schema.args[arg].mutable => {
-                        write(&mut cx, arg, v)?;
-                        returns.push(Ret::Alias(arg));
-                    }
-                    _ => returns.push(Ret::Tensor(new_output(&mut cx, v, &mut outputs, &mut specs))),
-                }
-            }
-        }
-        for (slot, v) in slot_new.into_iter().enumerate() {
-            if let Some(v) = v {
-                outputs.push(v);
-                specs.push(Out::Write { slot });
-            }
-        }
-
-        let text = cx.f.finish(&outputs);
-        tracing::trace!(op, program = %text, "lowered");
+        let Lowered { text, plan, outputs, returns } = lower(def, bound, flat)?;
         let start = Instant::now();
         let exe = self.client.compile(op, &text, &CompileOptions::Portable)?;
         let ns = start.elapsed().as_nanos() as u64;
         self.stats.compile_ns.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
         Stats::bump(&self.stats.compiles);
-        Ok(Compiled { exe, plan: cx.plan().to_vec(), outputs: specs, returns })
+        Ok(Compiled { exe, plan, outputs, returns })
     }
+
 
     fn execute(
         &self,
@@ -345,6 +257,121 @@ impl Runtime {
             })
             .collect()
     }
+}
+
+/// A lowered call: the program text and how to feed and unpack it.
+struct Lowered {
+    text: String,
+    plan: Vec<ParamSrc>,
+    outputs: Vec<Out>,
+    returns: Vec<Ret>,
+}
+
+/// Lowers a bound call: storages become rank-1 parameters, views are read
+/// inside the program, the op's lowering runs, and writes through views
+/// become updated storage values.
+fn lower(def: &OpDef, bound: &[Value], flat: &Flat) -> Result<Lowered> {
+    let op = def.name();
+    let mut cx = Cx::new(op);
+    let slot_vals: Vec<V> = flat
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(s, st)| cx.param(Ty::new(st.dtype(), &[st.numel()]), ParamSrc::Storage(s)))
+        .collect();
+    let mut reads = Vec::with_capacity(flat.tensors.len());
+    let mut offsets = Vec::with_capacity(flat.tensors.len());
+    for (ti, t) in flat.tensors.iter().enumerate() {
+        let layout = &flat.layouts[ti];
+        let offset = (*layout != Layout::Whole).then(|| cx.param(Ty::scalar(Elem::I64), ParamSrc::Offset(ti)));
+        reads.push(view::read(&mut cx.f, slot_vals[flat.slot_of[ti]], layout, offset, t.sizes(), t.strides()));
+        offsets.push(offset);
+    }
+
+    let inputs = lowering_inputs(def, bound, &flat.first_of_arg, &reads);
+    let outs = (def.lower)(&mut cx, &Args::new(op, &inputs))?;
+
+    // Map the lowering's values to program outputs and schema returns.
+    let schema = &def.schema;
+    let mut outputs: Vec<V> = Vec::new();
+    let mut specs: Vec<Out> = Vec::new();
+    let new_output = |cx: &mut Cx, v: V, outputs: &mut Vec<V>, specs: &mut Vec<Out>| {
+        let sizes: Dims = cx.dims(v).into();
+        let dtype = cx.dtype(v);
+        let flat_v = cx.f.reshape(v, &[shape::numel(&sizes)]);
+        outputs.push(flat_v);
+        specs.push(Out::New { sizes, dtype });
+        outputs.len() - 1
+    };
+    let mut slot_new: Vec<Option<V>> = vec![None; flat.slots.len()];
+    let mut write = |cx: &mut Cx, arg: usize, v: V| -> Result<()> {
+        let ti = flat.first_of_arg[arg];
+        let t = &flat.tensors[ti];
+        let got = cx.dims(v);
+        if got != t.sizes() {
+            return Err(cx.err(format!(
+                "output with shape {} doesn't match the broadcast shape {}",
+                shape::fmt(t.sizes()),
+                shape::fmt(&got)
+            )));
+        }
+        let from = cx.dtype(v);
+        if from != t.dtype() && !def.any_cast && !can_cast(from, t.dtype()) {
+            return Err(cx.err(format!("result type {from} can't be cast to the desired output type {}", t.dtype())));
+        }
+        if t.sizes().iter().zip(t.strides()).any(|(&n, &s)| n > 1 && s == 0) {
+            return Err(cx.err(format!(
+                "unsupported operation: more than one element of the written-to tensor (sizes {}, strides {}) \
+                 refers to a single memory location. Please clone() the tensor before performing the operation.",
+                shape::fmt(t.sizes()),
+                shape::fmt(t.strides())
+            )));
+        }
+        let v = cx.f.convert(v, t.dtype());
+        let slot = flat.slot_of[ti];
+        let base = slot_new[slot].unwrap_or(slot_vals[slot]);
+        slot_new[slot] = Some(view::write(&mut cx.f, base, &flat.layouts[ti], offsets[ti], t.sizes(), t.strides(), v));
+        Ok(())
+    };
+
+    let mut returns = Vec::new();
+    if schema.returns.len() == 1 && schema.returns[0] == "Tensor[]" {
+        let ids = outs.iter().map(|&v| new_output(&mut cx, v, &mut outputs, &mut specs)).collect();
+        returns.push(Ret::List(ids));
+    } else if schema.returns.is_empty() {
+        // Ops returning nothing (`_foreach_add_`) give the new values of
+        // their mutated arguments, in order.
+        let mutated: Vec<usize> = (0..schema.args.len()).filter(|&i| schema.args[i].mutable).collect();
+        if outs.len() != mutated.len() {
+            return Err(Error::Internal(format!("{op}: lowering gave {} values for {} mutated arguments", outs.len(), mutated.len())));
+        }
+        for (&arg, &v) in mutated.iter().zip(&outs) {
+            write(&mut cx, arg, v)?;
+        }
+    } else {
+        if outs.len() != schema.returns.len() {
+            return Err(Error::Internal(format!("{op}: lowering gave {} values for {} returns", outs.len(), schema.returns.len())));
+        }
+        for (r, &v) in outs.iter().enumerate() {
+            match schema.return_alias[r] {
+                Some(arg) if schema.args[arg].mutable => {
+                    write(&mut cx, arg, v)?;
+                    returns.push(Ret::Alias(arg));
+                }
+                _ => returns.push(Ret::Tensor(new_output(&mut cx, v, &mut outputs, &mut specs))),
+            }
+        }
+    }
+    for (slot, v) in slot_new.into_iter().enumerate() {
+        if let Some(v) = v {
+            outputs.push(v);
+            specs.push(Out::Write { slot });
+        }
+    }
+
+    let text = cx.f.finish(&outputs);
+    tracing::trace!(op, program = %text, "lowered");
+    Ok(Lowered { text, plan: cx.plan().to_vec(), outputs: specs, returns })
 }
 
 /// The cache key of a call. Everything that changes the program is in it;

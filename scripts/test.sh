@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every test: setup (idempotent), Rust unit and integration tests, the
+# header drift and standalone-compile checks, and the Python conformance
+# suite against PyTorch on CPU (every test in strict and debug mode).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export VIRTUAL_ENV="$PWD/.venv"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+
+step "Rust tests"
+cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*|)$'
+
+step "C header: drift against capi/ and standalone compile as C11 and C++17"
+scripts/check-header.sh
+
+step "Python conformance suite (C ABI vs PyTorch CPU)"
+.venv/bin/python -m pytest -q tests/python "$@"
