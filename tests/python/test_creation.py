@@ -210,6 +210,10 @@ def test_arange_errors(rt):
         rt.call1("aten::arange.start", 5, 0)
     with pytest.raises(torchtpu.InvalidArgumentError, match="unsupported range"):
         rt.call1("aten::arange", float("inf"))
+    with pytest.raises(torchtpu.UnimplementedError, match="aten::arange: dtype bool"):
+        rt.call1("aten::arange", 3, DType(torch.bool))
+    with pytest.raises(torchtpu.UnimplementedError, match="aten::linspace: dtype bool"):
+        rt.call1("aten::linspace", 0, 1, 3, DType(torch.bool))
 
 
 @pytest.mark.parametrize("start,end,steps,dtype", [
@@ -369,6 +373,10 @@ def test_randint_high_only_and_errors(rt):
     assert x.dtype == torch.int64 and x.shape == (2, 4) and x.min() >= 0 and x.max() < 3
     with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::randint.low: .*from=5 >= to=5"):
         rt.call1("aten::randint.low", 5, 5, [3])
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::randint: to - 1 is out of bounds for bool"):
+        rt.call1("aten::randint", 3, [3], DType(torch.bool))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::randint.low: from is out of bounds for int8"):
+        rt.call1("aten::randint.low", -200, 3, [3], DType(torch.int8))
 
 
 def test_random_needs_float_dtype(rt):

@@ -180,10 +180,6 @@ fn range_values(cx: &mut Cx, start: Scalar, step: Scalar, n: i64, dtype: DType) 
         let s0 = cx.f.splat_int(&t, start.to_i64());
         let m = cx.f.mul(i, st);
         let v = cx.f.add(s0, m);
-        if dtype == DType::Bool {
-            let zero = cx.f.splat_int(&t, 0);
-            return cx.f.compare(Cmp::Ne, v, zero);
-        }
         cx.f.convert(v, dtype)
     }
 }
@@ -193,6 +189,7 @@ fn range_values(cx: &mut Cx, start: Scalar, step: Scalar, n: i64, dtype: DType) 
 fn arange(cx: &mut Cx, start: Scalar, end: Scalar, step: Scalar, dtype: Option<DType>) -> Result<V> {
     let any_float = [start, end, step].iter().any(|s| s.kind() == ScalarKind::Float);
     let d = dtype.unwrap_or(if any_float { DType::DEFAULT_FLOAT } else { DType::I64 });
+    check_not_bool(cx, d)?;
     let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
     let bounds = format!("(start={start}, end={end}, step={step})");
     if st == 0.0 {
@@ -209,6 +206,14 @@ fn arange(cx: &mut Cx, start: Scalar, end: Scalar, step: Scalar, dtype: Option<D
         bail_op!(&*cx.op, "invalid size, possible overflow? {bounds}");
     }
     Ok(range_values(cx, start, step, n as i64, d))
+}
+
+/// Ranges of bool are not defined (PyTorch: "not implemented for 'Bool'").
+fn check_not_bool(cx: &Cx, d: DType) -> Result<()> {
+    if d == DType::Bool {
+        return Err(Error::UnsupportedDType { op: cx.op.to_string(), dtype: d.to_string(), detail: " for ranges".into() });
+    }
+    Ok(())
 }
 
 fn register_ranges(r: &mut Registry) {
@@ -235,6 +240,7 @@ fn register_ranges(r: &mut Registry) {
             bail_op!(&*cx.op, "number of steps must be non-negative, got {steps}");
         }
         let d = a.opt_dtype(3).unwrap_or(DType::DEFAULT_FLOAT);
+        check_not_bool(cx, d)?;
         let c = if d == DType::F64 { DType::F64 } else { DType::F32 };
         let start = cx.scalar(a.scalar(0)?, d);
         let start = cx.f.convert(start, c);
@@ -402,6 +408,23 @@ fn randint(cx: &mut Cx, low: i64, high: i64, size: &[i64], dtype: Option<DType>)
         bail_op!(&*cx.op, "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}");
     }
     let d = dtype.unwrap_or(DType::I64);
+    // Both ends of the range must fit the integer result type.
+    let limits = match d {
+        DType::Bool => Some((0, 1)),
+        DType::U8 => Some((0, u8::MAX as i64)),
+        DType::I8 => Some((i8::MIN as i64, i8::MAX as i64)),
+        DType::I16 => Some((i16::MIN as i64, i16::MAX as i64)),
+        DType::I32 => Some((i32::MIN as i64, i32::MAX as i64)),
+        _ => None,
+    };
+    if let Some((lo, hi)) = limits {
+        if low < lo || low > hi {
+            bail_op!(&*cx.op, "from is out of bounds for {d} (from={low}, to={high})");
+        }
+        if high - 1 > hi {
+            bail_op!(&*cx.op, "to - 1 is out of bounds for {d} (from={low}, to={high})");
+        }
+    }
     let range = (high as i128 - low as i128) as u64;
     // 32 random bits suffice below 2^32, as in PyTorch's random_from_to.
     let elem = if range >= 1 << 32 { Elem::U64 } else { Elem::U32 };
