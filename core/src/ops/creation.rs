@@ -1,5 +1,511 @@
-//! (filled in by its op family)
+//! Factory ops (`full`, `zeros`, `arange`, `eye`, `linspace`, the `_like`
+//! forms), fills, and random sampling from the device's counter-based
+//! generator (`rand`, `randn`, `randint`, `uniform_`, `normal_`, `bernoulli`).
+//!
+//! Factory ops have no tensor inputs; their `device` argument is handled by
+//! the runtime. Fill values are runtime scalars, so a new value never
+//! recompiles; `arange` bounds determine the shape and are compile-time.
 
-use super::Registry;
+use crate::bail_op;
+use crate::dtype::{DType, ScalarKind};
+use crate::error::{Error, Result};
+use crate::hlo::{Cmp, Elem, Ty, V};
+use crate::shape;
+use crate::tensor::{Scalar, Value};
 
-pub fn register(_r: &mut Registry) {}
+use super::{Args, Cx, Registry};
+
+pub fn register(r: &mut Registry) {
+    register_fill(r);
+    register_ranges(r);
+    register_random(r);
+}
+
+/// The common keyword tail of factory ops.
+const FACTORY: &str = "ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None";
+
+/// Rejects negative sizes as PyTorch does.
+fn check_size(cx: &Cx, size: &[i64]) -> Result<()> {
+    if let Some(d) = size.iter().find(|&&d| d < 0) {
+        bail_op!(&*cx.op, "Trying to create tensor with negative dimension {d}: {}", shape::fmt(size));
+    }
+    Ok(())
+}
+
+/// A constant tensor of `dtype` and `size` filled with `v`.
+fn constant(cx: &mut Cx, size: &[i64], dtype: DType, v: f64) -> V {
+    cx.f.splat(&Ty::new(dtype, size), v)
+}
+
+/// The dtype PyTorch infers from a fill value (`torch.full`).
+fn dtype_of_kind(k: ScalarKind) -> DType {
+    k.default_dtype()
+}
+
+// -------------------------------------------------------------------- fills
+
+fn register_fill(r: &mut Registry) {
+    r.op(&format!("aten::full(SymInt[] size, Scalar fill_value, *, {FACTORY}) -> Tensor"), |cx, a| {
+        let size = a.ints(0)?;
+        check_size(cx, size)?;
+        let s = a.scalar(1)?;
+        let d = a.opt_dtype(2).unwrap_or(dtype_of_kind(s.kind));
+        let v = cx.scalar(s, d);
+        Ok(vec![cx.f.broadcast_to(v, size)])
+    });
+    for (name, value) in [("zeros", 0.0), ("ones", 1.0)] {
+        r.op(&format!("aten::{name}(SymInt[] size, *, {FACTORY}) -> Tensor"), move |cx, a| {
+            let size = a.ints(0)?;
+            check_size(cx, size)?;
+            let d = a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT);
+            Ok(vec![constant(cx, size, d, value)])
+        });
+    }
+    // Contents of `empty` are unspecified; zeros are as good as anything.
+    r.op(
+        &format!("aten::empty.memory_format(SymInt[] size, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"),
+        |cx, a| {
+            let size = a.ints(0)?;
+            check_size(cx, size)?;
+            let d = a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT);
+            Ok(vec![constant(cx, size, d, 0.0)])
+        },
+    );
+    // `empty_strided` keeps the requested strides: the metadata kernel views
+    // a fresh storage just large enough for them.
+    r.op(&format!("aten::empty_strided(SymInt[] size, SymInt[] stride, *, {FACTORY}) -> Tensor"), |cx, a| {
+        let size = a.ints(0)?;
+        check_size(cx, size)?;
+        let d = a.opt_dtype(2).unwrap_or(DType::DEFAULT_FLOAT);
+        Ok(vec![constant(cx, size, d, 0.0)])
+    })
+    .view(|rt, args| {
+        let op = "aten::empty_strided";
+        let (Value::IntList(size), Value::IntList(stride)) = (&args[0], &args[1]) else {
+            return Err(Error::Internal(format!("{op}: size and stride are not int lists")));
+        };
+        if size.len() != stride.len() {
+            bail_op!(op, "mismatch in length of strides and shape: size {} and stride {}", shape::fmt(size), shape::fmt(stride));
+        }
+        if let Some(d) = size.iter().find(|&&d| d < 0) {
+            bail_op!(op, "Trying to create tensor with negative dimension {d}: {}", shape::fmt(size));
+        }
+        if let Some(s) = stride.iter().find(|&&s| s < 0) {
+            bail_op!(op, "negative strides are not supported, got stride {s} in {}", shape::fmt(stride));
+        }
+        let storage = if shape::numel(size) == 0 {
+            0
+        } else {
+            1 + size.iter().zip(stride).map(|(n, s)| (n - 1) * s).sum::<i64>()
+        };
+        let base = rt.call1(
+            "aten::empty.memory_format",
+            &[Value::IntList(vec![storage]), args[2].clone(), Value::None, args[4].clone()],
+        )?;
+        Ok(Some(vec![Value::Tensor(base.view_of(op, 0, size, stride)?)]))
+    });
+
+    // The `_like` forms take the input's shape, and its dtype unless given.
+    r.op(
+        &format!("aten::full_like(Tensor self, Scalar fill_value, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"),
+        |cx, a| {
+            let x = a.tensor(0)?;
+            let d = a.opt_dtype(2).unwrap_or(cx.dtype(x));
+            let v = cx.scalar(a.scalar(1)?, d);
+            Ok(vec![cx.f.broadcast_to(v, &cx.dims(x))])
+        },
+    );
+    for (name, value) in [("zeros_like", 0.0), ("ones_like", 1.0), ("empty_like", 0.0)] {
+        r.op(
+            &format!("aten::{name}(Tensor self, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"),
+            move |cx, a| {
+                let x = a.tensor(0)?;
+                let d = a.opt_dtype(1).unwrap_or(cx.dtype(x));
+                let dims = cx.dims(x);
+                Ok(vec![constant(cx, &dims, d, value)])
+            },
+        );
+    }
+    r.op(&format!("aten::scalar_tensor(Scalar s, *, {FACTORY}) -> Tensor"), |cx, a| {
+        // Always the default float unless a dtype is given, whatever the scalar.
+        let d = a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT);
+        Ok(vec![cx.scalar(a.scalar(0)?, d)])
+    });
+
+    r.op_and_inplace("aten::fill.Scalar(Tensor self, Scalar value) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let d = cx.dtype(x);
+        let v = cx.scalar(a.scalar(1)?, d);
+        Ok(vec![cx.f.broadcast_to(v, &cx.dims(x))])
+    });
+    r.op_and_inplace("aten::fill.Tensor(Tensor self, Tensor value) -> Tensor", |cx, a| {
+        let (x, v) = (a.tensor(0)?, a.tensor(1)?);
+        if cx.rank(v) != 0 {
+            bail_op!(
+                &*cx.op,
+                "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions (value shape {}, self shape {}).",
+                cx.rank(v),
+                shape::fmt(&cx.dims(v)),
+                shape::fmt(&cx.dims(x))
+            );
+        }
+        let v = cx.f.convert(v, cx.dtype(x));
+        Ok(vec![cx.f.broadcast_to(v, &cx.dims(x))])
+    });
+    r.op("aten::zero_(Tensor(a!) self) -> Tensor(a!)", |cx, a| {
+        let x = a.tensor(0)?;
+        let (dims, d) = (cx.dims(x), cx.dtype(x));
+        Ok(vec![constant(cx, &dims, d, 0.0)])
+    });
+}
+
+// ------------------------------------------------------------------- ranges
+
+/// `start + step * iota(n)` in `dtype`. Integer results compute in i64 from
+/// truncated bounds, half types in f32 and the rest in their own type, as
+/// PyTorch's CPU kernel does with its accumulate types.
+fn range_values(cx: &mut Cx, start: Scalar, step: Scalar, n: i64, dtype: DType) -> V {
+    if dtype.is_float() {
+        let t = Ty::new(dtype.opmath(), &[n]);
+        let i = cx.f.iota(&t, 0);
+        let st = cx.f.splat(&t, step.to_f64());
+        let s0 = cx.f.splat(&t, start.to_f64());
+        let m = cx.f.mul(i, st);
+        let v = cx.f.add(s0, m);
+        cx.f.convert(v, dtype)
+    } else {
+        let t = Ty::new(Elem::I64, &[n]);
+        let i = cx.f.iota(&t, 0);
+        let st = cx.f.splat_int(&t, step.to_i64());
+        let s0 = cx.f.splat_int(&t, start.to_i64());
+        let m = cx.f.mul(i, st);
+        let v = cx.f.add(s0, m);
+        cx.f.convert(v, dtype)
+    }
+}
+
+/// `arange(start, end, step)`: bounds are checked and the length computed in
+/// double precision, `ceil((end - start) / step)`, like PyTorch.
+fn arange(cx: &mut Cx, start: Scalar, end: Scalar, step: Scalar, dtype: Option<DType>) -> Result<V> {
+    let any_float = [start, end, step].iter().any(|s| s.kind() == ScalarKind::Float);
+    let d = dtype.unwrap_or(if any_float { DType::DEFAULT_FLOAT } else { DType::I64 });
+    check_not_bool(cx, d)?;
+    let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+    let bounds = format!("(start={start}, end={end}, step={step})");
+    if st == 0.0 {
+        bail_op!(&*cx.op, "step must be nonzero {bounds}");
+    }
+    if !s.is_finite() || !e.is_finite() {
+        bail_op!(&*cx.op, "unsupported range: {s} -> {e} {bounds}");
+    }
+    if !((st > 0.0 && e >= s) || (st < 0.0 && e <= s)) {
+        bail_op!(&*cx.op, "upper bound and lower bound inconsistent with step sign {bounds}");
+    }
+    let n = ((e - s) / st).ceil();
+    if !(0.0..=i64::MAX as f64).contains(&n) {
+        bail_op!(&*cx.op, "invalid size, possible overflow? {bounds}");
+    }
+    Ok(range_values(cx, start, step, n as i64, d))
+}
+
+/// Ranges of bool are not defined (PyTorch: "not implemented for 'Bool'").
+fn check_not_bool(cx: &Cx, d: DType) -> Result<()> {
+    if d == DType::Bool {
+        return Err(Error::UnsupportedDType { op: cx.op.to_string(), dtype: d.to_string(), detail: " for ranges".into() });
+    }
+    Ok(())
+}
+
+fn register_ranges(r: &mut Registry) {
+    r.op(&format!("aten::arange(Scalar end, *, {FACTORY}) -> Tensor"), |cx, a| {
+        Ok(vec![arange(cx, Scalar::Int(0), a.static_scalar(0)?, Scalar::Int(1), a.opt_dtype(1))?])
+    })
+    .static_scalars();
+    r.op(&format!("aten::arange.start(Scalar start, Scalar end, *, {FACTORY}) -> Tensor"), |cx, a| {
+        Ok(vec![arange(cx, a.static_scalar(0)?, a.static_scalar(1)?, Scalar::Int(1), a.opt_dtype(2))?])
+    })
+    .static_scalars();
+    r.op(&format!("aten::arange.start_step(Scalar start, Scalar end, Scalar step=1, *, {FACTORY}) -> Tensor"), |cx, a| {
+        Ok(vec![arange(cx, a.static_scalar(0)?, a.static_scalar(1)?, a.static_scalar(2)?, a.opt_dtype(3))?])
+    })
+    .static_scalars();
+
+    // linspace: start and end are runtime scalars (only `steps` shapes the
+    // result). PyTorch converts the bounds to the result type first, then
+    // fills the first half forward from `start` and the second half backward
+    // from `end`, so both ends are exact.
+    r.op(&format!("aten::linspace(Scalar start, Scalar end, int steps, *, {FACTORY}) -> Tensor"), |cx, a| {
+        let steps = a.int(2)?;
+        if steps < 0 {
+            bail_op!(&*cx.op, "number of steps must be non-negative, got {steps}");
+        }
+        let d = a.opt_dtype(3).unwrap_or(DType::DEFAULT_FLOAT);
+        check_not_bool(cx, d)?;
+        let c = if d == DType::F64 { DType::F64 } else { DType::F32 };
+        let start = cx.scalar(a.scalar(0)?, d);
+        let start = cx.f.convert(start, c);
+        let t = Ty::new(c, &[steps]);
+        if steps <= 1 {
+            let v = cx.f.broadcast_to(start, &[steps]);
+            return Ok(vec![cx.f.convert(v, d)]);
+        }
+        let end = cx.scalar(a.scalar(1)?, d);
+        let end = cx.f.convert(end, c);
+        let (start, end) = (cx.f.broadcast_to(start, &[steps]), cx.f.broadcast_to(end, &[steps]));
+        let span = cx.f.sub(end, start);
+        let den = cx.f.splat(&t, (steps - 1) as f64);
+        let step = cx.f.div(span, den);
+        let i = cx.f.iota(&t, 0);
+        let fwd = cx.f.mul(step, i);
+        let fwd = cx.f.add(start, fwd);
+        let last = cx.f.splat(&t, (steps - 1) as f64);
+        let back_i = cx.f.sub(last, i);
+        let back = cx.f.mul(step, back_i);
+        let back = cx.f.sub(end, back);
+        let half = cx.f.splat(&t, (steps / 2) as f64);
+        let first_half = cx.f.compare(Cmp::Lt, i, half);
+        let v = cx.f.select(first_half, fwd, back);
+        Ok(vec![cx.f.convert(v, d)])
+    });
+
+    let eye = |cx: &mut Cx, n: i64, m: i64, d: DType| -> Result<V> {
+        if n < 0 {
+            bail_op!(&*cx.op, "n must be greater or equal to 0, got {n}");
+        }
+        if m < 0 {
+            bail_op!(&*cx.op, "m must be greater or equal to 0, got {m}");
+        }
+        let t = Ty::new(Elem::I64, &[n, m]);
+        let (rows, cols) = (cx.f.iota(&t, 0), cx.f.iota(&t, 1));
+        let diag = cx.f.compare(Cmp::Eq, rows, cols);
+        Ok(cx.f.convert(diag, d))
+    };
+    r.op(&format!("aten::eye(SymInt n, *, {FACTORY}) -> Tensor"), move |cx, a| {
+        let n = a.int(0)?;
+        Ok(vec![eye(cx, n, n, a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT))?])
+    });
+    r.op(&format!("aten::eye.m(SymInt n, SymInt m, *, {FACTORY}) -> Tensor"), move |cx, a| {
+        Ok(vec![eye(cx, a.int(0)?, a.int(1)?, a.opt_dtype(2).unwrap_or(DType::DEFAULT_FLOAT))?])
+    });
+}
+
+// ------------------------------------------------------------------- random
+
+/// Random bits of `elem` (u32 or u64) and shape `dims` from a fresh state.
+fn random_bits(cx: &mut Cx, elem: Elem, dims: &[i64]) -> V {
+    let state = cx.rng_state();
+    cx.f.rng_bit_generator(state, &Ty::new(elem, dims)).1
+}
+
+/// Uniform samples in [0, 1) from the top `digits` random bits, as PyTorch's
+/// `uniform_real_distribution` makes them: `k * 2^-digits` is exact in any
+/// type with `digits` mantissa bits, so no sample rounds up to 1. The result
+/// is f64 when `digits > 24`, f32 otherwise.
+fn uniform01(cx: &mut Cx, digits: i32, dims: &[i64]) -> V {
+    let (bits_elem, width, compute) = if digits > 24 { (Elem::U64, 64, Elem::F64) } else { (Elem::U32, 32, Elem::F32) };
+    let bits = random_bits(cx, bits_elem, dims);
+    let shift = cx.f.splat(&Ty::new(bits_elem, dims), (width - digits) as f64);
+    let top = cx.f.binary("stablehlo.shift_right_logical", bits, shift);
+    let x = cx.f.convert(top, compute);
+    let scale = cx.f.splat(&Ty::new(compute, dims), (-digits as f64).exp2());
+    cx.f.mul(x, scale)
+}
+
+/// Mantissa digits (with the implicit bit) of a float dtype.
+fn digits(d: DType) -> i32 {
+    match d {
+        DType::F16 => 11,
+        DType::BF16 => 8,
+        DType::F64 => 53,
+        _ => 24,
+    }
+}
+
+fn check_float(cx: &Cx, d: DType) -> Result<()> {
+    if !d.is_float() {
+        return Err(Error::UnsupportedDType {
+            op: cx.op.to_string(),
+            dtype: d.to_string(),
+            detail: " (random floating-point sampling needs a floating point dtype)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Uniform samples in [from, to) of `dtype`, computed in opmath.
+fn uniform(cx: &mut Cx, dims: &[i64], d: DType, from: f64, to: f64) -> Result<V> {
+    check_float(cx, d)?;
+    if from > to {
+        bail_op!(&*cx.op, "uniform_ expects to return a [from, to) range, but found from={from} > to={to}");
+    }
+    let u = uniform01(cx, digits(d), dims);
+    let u = if from == 0.0 && to == 1.0 {
+        u
+    } else {
+        let span = cx.f.full_like(u, to - from);
+        let lo = cx.f.full_like(u, from);
+        let s = cx.f.mul(u, span);
+        cx.f.add(s, lo)
+    };
+    Ok(cx.f.convert(u, d))
+}
+
+/// Normal samples of `dtype` by Box-Muller, computed in f32 (f64 for f64).
+fn normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
+    check_float(cx, d)?;
+    if std < 0.0 {
+        bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
+    }
+    let digits = if d == DType::F64 { 53 } else { 24 };
+    // Both uniforms from one draw: a leading dim of 2, split in two.
+    let mut both = vec![2];
+    both.extend_from_slice(dims);
+    let u = uniform01(cx, digits, &both);
+    let u1 = cx.f.slice_dim(u, 0, 0, 1, 1);
+    let u2 = cx.f.slice_dim(u, 0, 1, 2, 1);
+    let (u1, u2) = (cx.f.reshape(u1, dims), cx.f.reshape(u2, dims));
+    // 1 - u is in (0, 1], so the log is finite.
+    let one = cx.f.full_like(u1, 1.0);
+    let u1 = cx.f.sub(one, u1);
+    let ln = cx.f.unary("stablehlo.log", u1);
+    let m2 = cx.f.full_like(u1, -2.0);
+    let r2 = cx.f.mul(m2, ln);
+    let radius = cx.f.unary("stablehlo.sqrt", r2);
+    let tau = cx.f.full_like(u2, std::f64::consts::TAU);
+    let theta = cx.f.mul(tau, u2);
+    let c = cx.f.unary("stablehlo.cosine", theta);
+    let z = cx.f.mul(radius, c);
+    let z = if mean == 0.0 && std == 1.0 {
+        z
+    } else {
+        let sd = cx.f.full_like(z, std);
+        let mu = cx.f.full_like(z, mean);
+        let s = cx.f.mul(z, sd);
+        cx.f.add(s, mu)
+    };
+    Ok(cx.f.convert(z, d))
+}
+
+/// 1 with probability `p` (an f32 value of shape `dims`), else 0, as `dtype`.
+fn bernoulli(cx: &mut Cx, p: V, d: DType) -> V {
+    let dims = cx.dims(p);
+    let u = uniform01(cx, 24, &dims);
+    let hit = cx.f.compare(Cmp::Lt, u, p);
+    cx.f.convert(hit, d)
+}
+
+fn check_p(cx: &Cx, p: f64) -> Result<()> {
+    if !(0.0..=1.0).contains(&p) {
+        bail_op!(&*cx.op, "bernoulli_ expects p to be in [0, 1], but got p={p}");
+    }
+    Ok(())
+}
+
+/// Integers uniform in [low, high) as `dtype`.
+fn randint(cx: &mut Cx, low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<V> {
+    check_size(cx, size)?;
+    if low >= high {
+        bail_op!(&*cx.op, "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}");
+    }
+    let d = dtype.unwrap_or(DType::I64);
+    // Both ends of the range must fit the integer result type.
+    let limits = match d {
+        DType::Bool => Some((0, 1)),
+        DType::U8 => Some((0, u8::MAX as i64)),
+        DType::I8 => Some((i8::MIN as i64, i8::MAX as i64)),
+        DType::I16 => Some((i16::MIN as i64, i16::MAX as i64)),
+        DType::I32 => Some((i32::MIN as i64, i32::MAX as i64)),
+        _ => None,
+    };
+    if let Some((lo, hi)) = limits {
+        if low < lo || low > hi {
+            bail_op!(&*cx.op, "from is out of bounds for {d} (from={low}, to={high})");
+        }
+        if high - 1 > hi {
+            bail_op!(&*cx.op, "to - 1 is out of bounds for {d} (from={low}, to={high})");
+        }
+    }
+    let range = (high as i128 - low as i128) as u64;
+    // 32 random bits suffice below 2^32, as in PyTorch's random_from_to.
+    let elem = if range >= 1 << 32 { Elem::U64 } else { Elem::U32 };
+    let bits = random_bits(cx, elem, size);
+    let bits = cx.f.convert(bits, Elem::U64);
+    let t = Ty::new(Elem::U64, size);
+    let r = cx.f.splat_int(&t, range as i64);
+    let k = cx.f.binary("stablehlo.remainder", bits, r);
+    let k = cx.f.convert(k, Elem::I64);
+    let lo = cx.f.splat_int(&Ty::new(Elem::I64, size), low);
+    let v = cx.f.add(k, lo);
+    Ok(cx.f.convert(v, d))
+}
+
+fn register_random(r: &mut Registry) {
+    r.op(&format!("aten::rand(SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
+        let size = a.ints(0)?;
+        check_size(cx, size)?;
+        Ok(vec![uniform(cx, size, a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT), 0.0, 1.0)?])
+    });
+    r.op(&format!("aten::randn(SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
+        let size = a.ints(0)?;
+        check_size(cx, size)?;
+        Ok(vec![normal(cx, size, a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT), 0.0, 1.0)?])
+    });
+    let like = |cx: &mut Cx, a: &Args| -> Result<(Vec<i64>, DType)> {
+        let x = a.tensor(0)?;
+        Ok((cx.dims(x), a.opt_dtype(1).unwrap_or(cx.dtype(x))))
+    };
+    r.op(&format!("aten::rand_like(Tensor self, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"), move |cx, a| {
+        let (dims, d) = like(cx, a)?;
+        Ok(vec![uniform(cx, &dims, d, 0.0, 1.0)?])
+    });
+    r.op(&format!("aten::randn_like(Tensor self, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"), move |cx, a| {
+        let (dims, d) = like(cx, a)?;
+        Ok(vec![normal(cx, &dims, d, 0.0, 1.0)?])
+    });
+    r.op("aten::uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) -> Tensor(a!)", |cx, a| {
+        let x = a.tensor(0)?;
+        let (dims, d) = (cx.dims(x), cx.dtype(x));
+        Ok(vec![uniform(cx, &dims, d, a.float(1)?, a.float(2)?)?])
+    });
+    r.op("aten::normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor(a!)", |cx, a| {
+        let x = a.tensor(0)?;
+        let (dims, d) = (cx.dims(x), cx.dtype(x));
+        Ok(vec![normal(cx, &dims, d, a.float(1)?, a.float(2)?)?])
+    });
+    r.op("aten::bernoulli(Tensor self, *, Generator? generator=None) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let d = cx.dtype(x);
+        check_float(cx, d)?;
+        let p = cx.f.convert(x, Elem::F32);
+        Ok(vec![bernoulli(cx, p, d)])
+    });
+    let bernoulli_p = |cx: &mut Cx, a: &Args| -> Result<Vec<V>> {
+        let x = a.tensor(0)?;
+        let p = a.float(1)?;
+        check_p(cx, p)?;
+        let (dims, d) = (cx.dims(x), cx.dtype(x));
+        let pv = cx.f.splat(&Ty::new(Elem::F32, &dims), p);
+        Ok(vec![bernoulli(cx, pv, d)])
+    };
+    r.op("aten::bernoulli.p(Tensor self, float p=0.5, *, Generator? generator=None) -> Tensor", bernoulli_p);
+    r.op("aten::bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)", bernoulli_p);
+    r.op("aten::bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) -> Tensor(a!)", |cx, a| {
+        let (x, p) = (a.tensor(0)?, a.tensor(1)?);
+        let dims = cx.dims(x);
+        let b = shape::broadcast(&cx.op, &cx.dims(p), &dims)?;
+        if b.as_slice() != dims.as_slice() {
+            bail_op!(&*cx.op, "p of shape {} cannot be broadcast to self of shape {}", shape::fmt(&cx.dims(p)), shape::fmt(&dims));
+        }
+        let p = cx.f.convert(p, Elem::F32);
+        let p = cx.f.broadcast_to(p, &dims);
+        let d = cx.dtype(x);
+        Ok(vec![bernoulli(cx, p, d)])
+    });
+    // native_functions.yaml spells the default `dtype=long`; None means the same here.
+    r.op(&format!("aten::randint(SymInt high, SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
+        Ok(vec![randint(cx, 0, a.int(0)?, a.ints(1)?, a.opt_dtype(2))?])
+    });
+    r.op(&format!("aten::randint.low(SymInt low, SymInt high, SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
+        Ok(vec![randint(cx, a.int(0)?, a.int(1)?, a.ints(2)?, a.opt_dtype(3))?])
+    });
+}

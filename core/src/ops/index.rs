@@ -1,5 +1,578 @@
-//! (filled in by its op family)
+//! Indexing: `index_select`, `gather`, `scatter` (+ `_add`, `_reduce`),
+//! advanced indexing (`index.Tensor`, `index_put`), `index_add` and
+//! `masked_fill`, lowered to `stablehlo.gather` / `stablehlo.scatter`.
+//!
+//! Negative indices wrap (`i + size` where `i < 0`) as in PyTorch. Indices
+//! are device data, so out-of-range values cannot be reported: like XLA's
+//! gather, reads clamp them into range, and scatters drop them.
 
-use super::Registry;
+use crate::bail_op;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
+use crate::shape::{self, Dims};
 
-pub fn register(_r: &mut Registry) {}
+use super::common::{materialize, Ew};
+use super::{Cx, Registry};
+
+pub fn register(r: &mut Registry) {
+    register_dim_ops(r);
+    register_advanced(r);
+    register_masked(r);
+}
+
+// ------------------------------------------------------------------ helpers
+
+/// Checks that `idx` holds integer indices (int64 or int32).
+fn check_index_dtype(cx: &Cx, idx: V, what: &str) -> Result<()> {
+    let d = cx.dtype(idx);
+    if d != DType::I64 && d != DType::I32 {
+        bail_op!(&*cx.op, "{what}(): Expected dtype int32 or int64 for index, but got {d} (index shape {})", shape::fmt(&cx.dims(idx)));
+    }
+    Ok(())
+}
+
+/// `idx` as i64 with negative entries wrapped by `size`.
+fn wrap_index(cx: &mut Cx, idx: V, size: i64) -> V {
+    let i = cx.f.convert(idx, Elem::I64);
+    let ty = cx.ty(i).clone();
+    let zero = cx.f.splat_int(&ty, 0);
+    let n = cx.f.splat_int(&ty, size);
+    let neg = cx.f.compare(Cmp::Lt, i, zero);
+    let wrapped = cx.f.add(i, n);
+    cx.f.select(neg, wrapped, i)
+}
+
+/// Treats a 0-dim value as shape [1] (PyTorch's `ensure_nonempty_dim`).
+fn at_least_1d(cx: &mut Cx, v: V) -> V {
+    if cx.rank(v) == 0 {
+        cx.f.reshape(v, &[1])
+    } else {
+        v
+    }
+}
+
+/// Full coordinates (shape `idx dims + [rank]`) for an elementwise gather or
+/// scatter along `dim`: the wrapped index on `dim`, the position elsewhere.
+fn dim_coords(cx: &mut Cx, idx: V, dim: usize, dim_size: i64) -> V {
+    let dims = cx.dims(idx);
+    let rank = dims.len();
+    let mut with_one = dims.clone();
+    with_one.push(1);
+    let wrapped = wrap_index(cx, idx, dim_size);
+    let cols: Vec<V> = (0..rank)
+        .map(|d| {
+            let c = if d == dim { wrapped } else { cx.f.iota(&Ty::new(Elem::I64, &dims), d) };
+            cx.f.reshape(c, &with_one)
+        })
+        .collect();
+    cx.f.concatenate(&cols, rank)
+}
+
+/// The combining op of an accumulating scatter for `elem`.
+fn add_reducer(elem: Elem) -> Reducer {
+    if elem == Elem::Pred {
+        Reducer::Or
+    } else {
+        Reducer::Add
+    }
+}
+
+/// Runs `body` on `x` and `upd` converted to opmath (f32 for half types), as
+/// accumulating scatters are computed; converts the result back.
+fn in_opmath(cx: &mut Cx, x: V, upd: V, body: impl FnOnce(&mut Cx, V, V) -> V) -> V {
+    let d = cx.dtype(x);
+    let (xo, uo) = (cx.f.convert(x, d.opmath()), cx.f.convert(upd, d.opmath()));
+    let y = body(cx, xo, uo);
+    cx.f.convert(y, d)
+}
+
+// --------------------------------------------------- gather / scatter by dim
+
+/// Shape checks of `gather` / `scatter`: same rank, and `index` no larger
+/// than `self` (and `src`) outside `dim`.
+fn check_dim_shapes(cx: &Cx, x: &[i64], idx: &[i64], src: Option<&[i64]>, dim: usize) -> Result<()> {
+    if idx.len().max(1) != x.len().max(1) {
+        bail_op!(
+            &*cx.op,
+            "Index tensor must have the same number of dimensions as input tensor (index shape {}, self shape {})",
+            shape::fmt(idx),
+            shape::fmt(x)
+        );
+    }
+    if idx.is_empty() || x.is_empty() {
+        return Ok(());
+    }
+    for d in 0..idx.len() {
+        let too_big_self = d != dim && idx[d] > x[d];
+        let too_big_src = src.is_some_and(|s| s.len() == idx.len() && idx[d] > s[d]);
+        if too_big_self || too_big_src {
+            match src {
+                None => bail_op!(
+                    &*cx.op,
+                    "Size does not match at dimension {d} expected index {} to be no larger than self {} apart from dimension {dim}",
+                    shape::fmt(idx),
+                    shape::fmt(x)
+                ),
+                Some(s) => bail_op!(
+                    &*cx.op,
+                    "Expected index {} to be no larger than self {} apart from dimension {dim} and to be no larger size than src {}",
+                    shape::fmt(idx),
+                    shape::fmt(x),
+                    shape::fmt(s)
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gather_dim(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
+    check_index_dtype(cx, idx, "gather")?;
+    let (xd, id) = (cx.dims(x), cx.dims(idx));
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    check_dim_shapes(cx, &xd, &id, None, dim)?;
+    if shape::numel(&id) == 0 {
+        return Ok(cx.f.splat(&cx.ty(x).with_dims(&id), 0.0));
+    }
+    let (x1, i1) = (at_least_1d(cx, x), at_least_1d(cx, idx));
+    let rank = cx.rank(x1);
+    let size = cx.dims(x1)[dim];
+    let coords = dim_coords(cx, i1, dim, size);
+    let all: Vec<i64> = (0..rank as i64).collect();
+    let out_dims = cx.dims(i1);
+    let g = cx.f.gather(x1, coords, &[], &all, &all, rank as i64, &vec![1; rank], &out_dims);
+    Ok(cx.f.reshape(g, &id))
+}
+
+/// What a `scatter` writes: a tensor (`src`, of the same dtype as `self`)
+/// or a runtime scalar.
+#[derive(Clone, Copy)]
+enum Src {
+    T(V),
+    S(super::ScalarRef),
+}
+
+/// Scatters `src` into `x` along `dim` at `idx`, replacing or combining.
+fn scatter_dim(cx: &mut Cx, x: V, dim: i64, idx: V, src: Src, combine: Option<Reducer>) -> Result<V> {
+    check_index_dtype(cx, idx, "scatter")?;
+    let (xd, id) = (cx.dims(x), cx.dims(idx));
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    let d = cx.dtype(x);
+    let src_dims = match src {
+        Src::T(s) => {
+            if cx.dtype(s) != d {
+                bail_op!(
+                    &*cx.op,
+                    "scatter(): Expected self.dtype to be equal to src.dtype (self {d} {}, src {} {})",
+                    shape::fmt(&xd),
+                    cx.dtype(s),
+                    shape::fmt(&cx.dims(s))
+                );
+            }
+            Some(cx.dims(s))
+        }
+        Src::S(_) => None,
+    };
+    check_dim_shapes(cx, &xd, &id, src_dims.as_deref(), dim)?;
+    if shape::numel(&id) == 0 {
+        return Ok(x);
+    }
+    let (x1, i1) = (at_least_1d(cx, x), at_least_1d(cx, idx));
+    let rank = cx.rank(x1);
+    let idims = cx.dims(i1);
+    // Only the leading index-shaped block of `src` is used.
+    let upd = match src {
+        Src::T(s) => {
+            let s = at_least_1d(cx, s);
+            cx.f.slice(s, &vec![0; rank], &idims, &vec![1; rank])
+        }
+        Src::S(s) => {
+            let v = cx.scalar(s, d);
+            cx.f.broadcast_to(v, &idims)
+        }
+    };
+    let coords = dim_coords(cx, i1, dim, cx.dims(x1)[dim]);
+    let all: Vec<i64> = (0..rank as i64).collect();
+    let out = match combine {
+        None => cx.f.scatter(x1, coords, upd, &[], &all, &all, rank as i64, None),
+        Some(r) => in_opmath(cx, x1, upd, |cx, xo, uo| cx.f.scatter(xo, coords, uo, &[], &all, &all, rank as i64, Some(r))),
+    };
+    Ok(cx.f.reshape(out, &xd))
+}
+
+/// `scatter_reduce(self, dim, index, src, reduce, include_self)`.
+fn scatter_reduce(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, reduce: &str, include_self: bool) -> Result<V> {
+    let d = cx.dtype(x);
+    let elem: Elem = d.into();
+    let (r, identity) = match reduce {
+        "sum" | "mean" => (add_reducer(elem), 0.0),
+        "prod" => (if elem == Elem::Pred { Reducer::And } else { Reducer::Mul }, 1.0),
+        "amax" => (Reducer::Max, f64::NEG_INFINITY),
+        "amin" => (Reducer::Min, f64::INFINITY),
+        other => bail_op!(&*cx.op, "reduce argument must be either sum, prod, mean, amax or amin, got {other}"),
+    };
+    let base = cx.f.convert(x, d.opmath());
+    let srco = cx.f.convert(src, d.opmath());
+    // Without self, scattered positions start from the reduction's identity.
+    let base = if include_self {
+        base
+    } else {
+        let ident = identity_value(cx, d.opmath(), identity);
+        let id_src = cx.f.broadcast_to(ident, &cx.dims(srco));
+        scatter_dim(cx, base, dim, idx, Src::T(id_src), None)?
+    };
+    let mut out = scatter_dim(cx, base, dim, idx, Src::T(srco), Some(r))?;
+    if reduce == "mean" {
+        // Divide by the number of contributions (self counts once if
+        // included); positions nothing was scattered to keep their value.
+        let od = d.opmath();
+        let dims = cx.dims(out);
+        let count0 = cx.f.splat(&Ty::new(od, &dims), if include_self { 1.0 } else { 0.0 });
+        let ones = cx.f.splat(&Ty::new(od, &cx.dims(srco)), 1.0);
+        let count = scatter_dim(cx, count0, dim, idx, Src::T(ones), Some(Reducer::Add))?;
+        let zero = cx.f.full_like(count, 0.0);
+        let one = cx.f.full_like(count, 1.0);
+        let none = cx.f.compare(Cmp::Eq, count, zero);
+        let count = cx.f.select(none, one, count);
+        out = if d.is_float() { cx.f.div(out, count) } else { floor_div_int(cx, out, count) };
+    }
+    Ok(cx.f.convert(out, d))
+}
+
+/// The identity `v` (±inf for max/min) in `d`; integer types use their limits.
+fn identity_value(cx: &mut Cx, d: DType, v: f64) -> V {
+    let t = Ty::scalar(d);
+    if d.is_float() || v.is_finite() {
+        return cx.f.splat(&t, v);
+    }
+    let (lo, hi) = match d {
+        DType::U8 => (0, u8::MAX as i64),
+        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        DType::Bool => (0, 1),
+        _ => (i64::MIN, i64::MAX),
+    };
+    cx.f.splat_int(&t, if v < 0.0 { lo } else { hi })
+}
+
+/// Integer division rounding toward -inf (counts are positive).
+fn floor_div_int(cx: &mut Cx, a: V, b: V) -> V {
+    let q = cx.f.div(a, b);
+    let r = cx.f.binary("stablehlo.remainder", a, b);
+    let zero = cx.f.full_like(a, 0.0);
+    let one = cx.f.full_like(a, 1.0);
+    let r_neg = cx.f.compare(Cmp::Lt, r, zero);
+    let qm1 = cx.f.sub(q, one);
+    cx.f.select(r_neg, qm1, q)
+}
+
+/// `index_select` and `index_add` indices: a vector (or a scalar) of ints.
+fn check_vector_index(cx: &Cx, idx: V, what: &str) -> Result<()> {
+    check_index_dtype(cx, idx, what)?;
+    if cx.rank(idx) > 1 {
+        bail_op!(&*cx.op, "{what}(): Index is supposed to be a vector, but got index of shape {}", shape::fmt(&cx.dims(idx)));
+    }
+    Ok(())
+}
+
+fn index_select(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
+    check_vector_index(cx, idx, "index_select")?;
+    let xd = cx.dims(x);
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    let n = shape::numel(&cx.dims(idx));
+    if xd.is_empty() && n != 1 {
+        bail_op!(&*cx.op, "index_select(): Index to scalar can have only 1 value, got {n} value(s)");
+    }
+    let x1 = at_least_1d(cx, x);
+    let mut out_dims = cx.dims(x1);
+    out_dims[dim] = n;
+    let out_shape: Vec<i64> = if xd.is_empty() { Vec::new() } else { out_dims.clone() };
+    if shape::numel(&out_dims) == 0 {
+        return Ok(cx.f.splat(&cx.ty(x).with_dims(&out_shape), 0.0));
+    }
+    let rank = out_dims.len();
+    let i = cx.f.reshape(idx, &[n, 1]);
+    let i = wrap_index(cx, i, cx.dims(x1)[dim]);
+    let offset: Vec<i64> = (0..rank as i64).filter(|&d| d != dim as i64).collect();
+    let mut slice = cx.dims(x1);
+    slice[dim] = 1;
+    let g = cx.f.gather(x1, i, &offset, &[dim as i64], &[dim as i64], 1, &slice, &out_dims);
+    Ok(cx.f.reshape(g, &out_shape))
+}
+
+fn index_add(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, alpha: super::ScalarRef) -> Result<V> {
+    check_vector_index(cx, idx, "index_add_")?;
+    let (xd, sd) = (cx.dims(x), cx.dims(src));
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    let n = shape::numel(&cx.dims(idx));
+    let (d, sdt) = (cx.dtype(x), cx.dtype(src));
+    if d != sdt {
+        bail_op!(&*cx.op, "index_add_(): self ({d}) and source ({sdt}) must have the same scalar type");
+    }
+    if sd.len().max(1) != xd.len().max(1) {
+        bail_op!(
+            &*cx.op,
+            "index_add_(): source {} and self {} must have the same number of dimensions",
+            shape::fmt(&sd),
+            shape::fmt(&xd)
+        );
+    }
+    let (x1, s1) = (at_least_1d(cx, x), at_least_1d(cx, src));
+    let (x1d, s1d) = (cx.dims(x1), cx.dims(s1));
+    if s1d[dim] != n {
+        bail_op!(
+            &*cx.op,
+            "index_add_(): Number of indices ({n}) should be equal to source.size(dim): ({}), for dim: {dim} (self {}, source {})",
+            s1d[dim],
+            shape::fmt(&xd),
+            shape::fmt(&sd)
+        );
+    }
+    if let Some(k) = (0..x1d.len()).find(|&k| k != dim && x1d[k] != s1d[k]) {
+        bail_op!(
+            &*cx.op,
+            "index_add_(): self and source must have the same size at dimension {k}; self {}, source {}",
+            shape::fmt(&xd),
+            shape::fmt(&sd)
+        );
+    }
+    if n == 0 || shape::numel(&x1d) == 0 {
+        return Ok(x);
+    }
+    let i = cx.f.reshape(idx, &[n, 1]);
+    let i = wrap_index(cx, i, x1d[dim]);
+    let rank = x1d.len() as i64;
+    let window: Vec<i64> = (0..rank).filter(|&k| k != dim as i64).collect();
+    let od = d.opmath();
+    let scaled = if d == DType::Bool {
+        s1
+    } else {
+        let s = cx.f.convert(s1, od);
+        let al = materialize(cx, Ew::S(alpha), od, &s1d);
+        cx.f.mul(s, al)
+    };
+    let r = add_reducer(d.into());
+    let out = in_opmath(cx, x1, scaled, |cx, xo, uo| cx.f.scatter(xo, i, uo, &window, &[dim as i64], &[dim as i64], 1, Some(r)));
+    Ok(cx.f.reshape(out, &xd))
+}
+
+fn register_dim_ops(r: &mut Registry) {
+    r.op("aten::index_select(Tensor self, int dim, Tensor index) -> Tensor", |cx, a| {
+        Ok(vec![index_select(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?)?])
+    });
+    r.op("aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor", |cx, a| {
+        Ok(vec![gather_dim(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?)?])
+    });
+    r.op_and_inplace("aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor", |cx, a| {
+        Ok(vec![scatter_dim(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, Src::T(a.tensor(3)?), None)?])
+    });
+    r.op_and_inplace("aten::scatter.value(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", |cx, a| {
+        Ok(vec![scatter_dim(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, Src::S(a.scalar(3)?), None)?])
+    });
+    r.op_and_inplace("aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let r = add_reducer(cx.ty(x).elem);
+        Ok(vec![scatter_dim(cx, x, a.int(1)?, a.tensor(2)?, Src::T(a.tensor(3)?), Some(r))?])
+    });
+    r.op_and_inplace(
+        "aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor",
+        |cx, a| {
+            let (x, idx, src) = (a.tensor(0)?, a.tensor(2)?, a.tensor(3)?);
+            if cx.dtype(x) != cx.dtype(src) {
+                bail_op!(&*cx.op, "scatter_reduce(): Expected self.dtype to be equal to src.dtype ({} vs {})", cx.dtype(x), cx.dtype(src));
+            }
+            let reduce = a.opt_str(4).unwrap_or("sum").to_string();
+            let include_self = a.opt_bool(5).unwrap_or(true);
+            Ok(vec![scatter_reduce(cx, x, a.int(1)?, idx, src, &reduce, include_self)?])
+        },
+    );
+    r.op_and_inplace("aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor", |cx, a| {
+        Ok(vec![index_add(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, a.tensor(3)?, a.scalar(4)?)?])
+    });
+}
+
+// -------------------------------------------------------- advanced indexing
+
+/// How `self[indices]` maps onto a `stablehlo.gather` (and, inverted, onto
+/// the scatter of `index_put`).
+struct Advanced {
+    /// Coordinates, shape `batch ++ [indexed.len()]`.
+    coords: V,
+    /// The indexed dims of `self`, ascending.
+    indexed: Vec<i64>,
+    /// Positions of the non-indexed dims of `self` in the result.
+    offset_dims: Vec<i64>,
+    /// `self`'s dims with indexed dims set to 1.
+    slice_sizes: Vec<i64>,
+    /// The broadcast shape of the index tensors.
+    batch: Dims,
+    /// The result shape.
+    out_dims: Vec<i64>,
+}
+
+/// NumPy/PyTorch advanced indexing: the index tensors broadcast together;
+/// their dims replace the indexed dims in place when those are adjacent, and
+/// go first otherwise.
+fn advanced(cx: &mut Cx, x: V, indices: &[Option<V>]) -> Result<Advanced> {
+    let xd = cx.dims(x);
+    let rank = xd.len();
+    if indices.len() > rank {
+        bail_op!(&*cx.op, "too many indices for tensor of dimension {rank} (got {}; self shape {})", indices.len(), shape::fmt(&xd));
+    }
+    let mut indexed = Vec::new();
+    let mut idxs = Vec::new();
+    for (d, i) in indices.iter().enumerate() {
+        let Some(i) = *i else { continue };
+        match cx.dtype(i) {
+            DType::I64 | DType::I32 => {}
+            DType::Bool | DType::U8 => {
+                return Err(Error::Unimplemented(format!(
+                    "{}: boolean/uint8 mask indices (index {d} of shape {}, self shape {}) give a data-dependent \
+                     result shape, which device programs cannot have; convert the mask to integer indices on the \
+                     host first (mask.nonzero()) and index with those",
+                    cx.op,
+                    shape::fmt(&cx.dims(i)),
+                    shape::fmt(&xd)
+                )))
+            }
+            other => bail_op!(
+                &*cx.op,
+                "tensors used as indices must be long, int, byte or bool tensors, but index {d} has dtype {other}"
+            ),
+        }
+        indexed.push(d);
+        idxs.push(i);
+    }
+    if idxs.is_empty() {
+        bail_op!(&*cx.op, "at least one index tensor must be given (self shape {})", shape::fmt(&xd));
+    }
+    let shapes: Vec<Vec<i64>> = idxs.iter().map(|&i| cx.dims(i)).collect();
+    let refs: Vec<&[i64]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let batch = shape::broadcast_all(&cx.op, &refs).map_err(|_| {
+        cx.err(format!(
+            "shape mismatch: indexing tensors could not be broadcast together with shapes {}",
+            shapes.iter().map(|s| shape::fmt(s)).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let nb = batch.len();
+    let mut col_dims = batch.to_vec();
+    col_dims.push(1);
+    let cols: Vec<V> = idxs
+        .iter()
+        .zip(&indexed)
+        .map(|(&i, &d)| {
+            let w = wrap_index(cx, i, xd[d]);
+            let b = cx.f.broadcast_to(w, &batch);
+            cx.f.reshape(b, &col_dims)
+        })
+        .collect();
+    let coords = cx.f.concatenate(&cols, nb);
+
+    let rest: Vec<i64> = (0..rank).filter(|d| !indexed.contains(d)).map(|d| xd[d]).collect();
+    let adjacent = indexed.windows(2).all(|w| w[1] == w[0] + 1);
+    // Where the batch dims go in the result.
+    let at = if adjacent { indexed[0] } else { 0 };
+    let mut out_dims = rest[..at].to_vec();
+    out_dims.extend_from_slice(&batch);
+    out_dims.extend_from_slice(&rest[at..]);
+    let offset_dims: Vec<i64> = (0..at).chain(at + nb..nb + rest.len()).map(|p| p as i64).collect();
+    let slice_sizes = (0..rank).map(|d| if indexed.contains(&d) { 1 } else { xd[d] }).collect();
+    let indexed = indexed.iter().map(|&d| d as i64).collect();
+    Ok(Advanced { coords, indexed, offset_dims, slice_sizes, batch, out_dims })
+}
+
+fn index(cx: &mut Cx, x: V, indices: &[Option<V>]) -> Result<V> {
+    let adv = advanced(cx, x, indices)?;
+    if shape::numel(&adv.out_dims) == 0 {
+        return Ok(cx.f.splat(&cx.ty(x).with_dims(&adv.out_dims), 0.0));
+    }
+    let nb = adv.batch.len() as i64;
+    Ok(cx.f.gather(x, adv.coords, &adv.offset_dims, &adv.indexed, &adv.indexed, nb, &adv.slice_sizes, &adv.out_dims))
+}
+
+fn index_put(cx: &mut Cx, x: V, indices: &[Option<V>], values: V, accumulate: bool) -> Result<V> {
+    let (d, vd) = (cx.dtype(x), cx.dtype(values));
+    if d != vd {
+        bail_op!(
+            &*cx.op,
+            "Index put requires the source and destination dtypes match, got {d} for the destination and {vd} for the source."
+        );
+    }
+    let adv = advanced(cx, x, indices)?;
+    let vdims = cx.dims(values);
+    let fits = shape::broadcast(&cx.op, &vdims, &adv.out_dims).is_ok_and(|b| b.as_slice() == adv.out_dims.as_slice());
+    if !fits {
+        bail_op!(
+            &*cx.op,
+            "shape mismatch: value tensor of shape {} cannot be broadcast to indexing result of shape {}",
+            shape::fmt(&vdims),
+            shape::fmt(&adv.out_dims)
+        );
+    }
+    if shape::numel(&adv.out_dims) == 0 {
+        return Ok(x);
+    }
+    let upd = cx.f.broadcast_to(values, &adv.out_dims);
+    let nb = adv.batch.len() as i64;
+    let scatter = |cx: &mut Cx, xo: V, uo: V, r: Option<Reducer>| {
+        cx.f.scatter(xo, adv.coords, uo, &adv.offset_dims, &adv.indexed, &adv.indexed, nb, r)
+    };
+    Ok(if accumulate {
+        let r = add_reducer(d.into());
+        in_opmath(cx, x, upd, |cx, xo, uo| scatter(cx, xo, uo, Some(r)))
+    } else {
+        scatter(cx, x, upd, None)
+    })
+}
+
+fn register_advanced(r: &mut Registry) {
+    r.op("aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor", |cx, a| {
+        let indices = a.opt_tensors(1)?.to_vec();
+        Ok(vec![index(cx, a.tensor(0)?, &indices)?])
+    });
+    r.op_and_inplace("aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor", |cx, a| {
+        let indices = a.opt_tensors(1)?.to_vec();
+        Ok(vec![index_put(cx, a.tensor(0)?, &indices, a.tensor(2)?, a.bool(3)?)?])
+    });
+}
+
+// -------------------------------------------------------------- masked_fill
+
+fn masked_fill(cx: &mut Cx, x: V, mask: V, value: Ew) -> Result<V> {
+    if cx.dtype(mask) != DType::Bool {
+        bail_op!(
+            &*cx.op,
+            "masked_fill_ only supports boolean masks, but got mask with dtype {} (mask shape {}, self shape {})",
+            cx.dtype(mask),
+            shape::fmt(&cx.dims(mask)),
+            shape::fmt(&cx.dims(x))
+        );
+    }
+    if let Ew::T(v) = value {
+        if cx.rank(v) != 0 {
+            bail_op!(
+                &*cx.op,
+                "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {} dimension(s) (value shape {}).",
+                cx.rank(v),
+                shape::fmt(&cx.dims(v))
+            );
+        }
+    }
+    let d = cx.dtype(x);
+    let dims = shape::broadcast(&cx.op, &cx.dims(x), &cx.dims(mask))?;
+    let xb = cx.f.broadcast_to(x, &dims);
+    let m = cx.f.broadcast_to(mask, &dims);
+    let v = materialize(cx, value, d, &dims);
+    Ok(cx.f.select(m, v, xb))
+}
+
+fn register_masked(r: &mut Registry) {
+    r.op_and_inplace("aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", |cx, a| {
+        Ok(vec![masked_fill(cx, a.tensor(0)?, a.tensor(1)?, Ew::S(a.scalar(2)?))?])
+    });
+    r.op_and_inplace("aten::masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor", |cx, a| {
+        Ok(vec![masked_fill(cx, a.tensor(0)?, a.tensor(1)?, Ew::T(a.tensor(2)?))?])
+    });
+}

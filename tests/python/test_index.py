@@ -1,0 +1,388 @@
+"""Index ops against PyTorch CPU: index_select, gather, scatter (src, value,
+add, reduce) and their in-place forms, advanced indexing (index.Tensor,
+index_put), index_add and masked_fill; negative indices and dims, several
+dtypes, strided inputs, and errors."""
+
+import pytest
+import torch
+
+import torchtpu
+from conftest import call, check, cpu, tol_for, tpu, view
+
+torch.manual_seed(0)
+
+DTYPES = [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool]
+
+
+def rt_has(name: str) -> bool:
+    return bool(torchtpu._capi.lib.ttpu_op_exists(name.encode()))
+
+
+needs_views = pytest.mark.skipif(not rt_has("aten::as_strided"),
+                                 reason="strided device views need aten::as_strided (shape family)")
+
+
+def data(shape, dtype):
+    if dtype == torch.bool:
+        return torch.randn(shape) > 0
+    return (torch.randn(shape) * 10).to(dtype)
+
+
+def exact(dtype):
+    return {"atol": 0, "rtol": 0}
+
+
+def rand_index(high, shape, dtype=torch.int64, negative=True):
+    """Indices in [-high, high) (wrapping) or [0, high)."""
+    low = -high if negative else 0
+    return torch.randint(low, high, shape, dtype=dtype)
+
+
+def unique_index(size, shape, dim, negative=True):
+    """An index of `shape` whose entries along `dim` are distinct (so that
+    replacing scatters are deterministic)."""
+    dim = dim % len(shape)
+    perm = torch.stack([torch.randperm(size)[: shape[dim]] for _ in range(torch.Size(shape).numel() // shape[dim])])
+    moved = list(shape[:dim]) + list(shape[dim + 1:]) + [shape[dim]]
+    idx = perm.reshape(moved).movedim(-1, dim).contiguous()
+    if negative:
+        idx = torch.where(torch.rand(idx.shape) < 0.5, idx - size, idx)
+    return idx
+
+
+# ------------------------------------------------------------- index_select
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1, -3])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_index_select(rt, dtype, dim, index_dtype):
+    x = data((3, 4, 5), dtype)
+    idx = rand_index(x.shape[dim], (7,), index_dtype)
+    # torch.index_select rejects negative indices; ours wrap them like x[idx].
+    want = torch.index_select(x, dim, idx % x.shape[dim])
+    check(call(rt, "aten::index_select", x, dim, idx), want, **exact(dtype))
+
+
+def test_index_select_shapes(rt):
+    x = data((3, 4), torch.float32)
+    for idx in [torch.tensor(2), torch.tensor([], dtype=torch.int64), torch.tensor([-1])]:
+        check(call(rt, "aten::index_select", x, 1, idx), torch.index_select(x, 1, idx % 4))
+    s = torch.tensor(2.5)
+    check(call(rt, "aten::index_select", s, 0, torch.tensor([0])), torch.index_select(s, 0, torch.tensor([0])))
+    check(call(rt, "aten::index_select", s, -1, torch.tensor(0)), torch.index_select(s, -1, torch.tensor(0)))
+
+
+def test_index_select_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_select: .*vector.*\[2, 2\]"):
+        call(rt, "aten::index_select", x, 1, torch.zeros(2, 2, dtype=torch.int64))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_select: .*int32 or int64.*float32"):
+        call(rt, "aten::index_select", x, 1, torch.zeros(2))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_select: Dimension out of range"):
+        call(rt, "aten::index_select", x, 2, torch.zeros(2, dtype=torch.int64))
+
+
+# ------------------------------------------------------------------ gather
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -2])
+def test_gather(rt, dtype, dim):
+    x = data((4, 5, 6), dtype)
+    shape = [3, 4, 5]
+    shape[dim] = 7
+    idx = rand_index(x.shape[dim], shape)
+    # torch.gather does not wrap negative indices; compare to the wrapped form.
+    want = torch.gather(x, dim, idx % x.shape[dim])
+    check(call(rt, "aten::gather", x, dim, idx), want, **exact(dtype))
+    check(call(rt, "aten::gather", x, dim, idx.int()), want, **exact(dtype))
+
+
+def test_gather_shapes(rt):
+    x = torch.arange(6.0)
+    check(call(rt, "aten::gather", torch.tensor(3.5), 0, torch.tensor(0)), torch.gather(torch.tensor(3.5), 0, torch.tensor(0)))
+    check(call(rt, "aten::gather", x, 0, torch.zeros(0, dtype=torch.int64)), torch.gather(x, 0, torch.zeros(0, dtype=torch.int64)))
+    check(call(rt, "aten::gather", x, 0, torch.tensor(4)), torch.gather(x, 0, torch.tensor(4)))
+
+
+def test_gather_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError,
+                       match=r"aten::gather: Size does not match at dimension 0 expected index \[4, 2\] to be no larger than self \[3, 4\] apart from dimension 1"):
+        call(rt, "aten::gather", x, 1, torch.zeros(4, 2, dtype=torch.int64))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::gather: Index tensor must have the same number of dimensions.*\[2\].*\[3, 4\]"):
+        call(rt, "aten::gather", x, 1, torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::gather: .*int32 or int64.*float32"):
+        call(rt, "aten::gather", x, 1, torch.zeros(3, 2))
+
+
+# ----------------------------------------------------------------- scatter
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_src(rt, dtype, dim):
+    x = data((4, 5, 6), dtype)
+    shape = [3, 4, 5]
+    shape[dim] = 3
+    idx = unique_index(x.shape[dim], shape, dim)
+    src = data((5, 6, 7), dtype)  # larger than the index: only a block is used
+    want = torch.scatter(x, dim, idx % x.shape[dim], src)
+    check(call(rt, "aten::scatter.src", x, dim, idx, src), want, **exact(dtype))
+    check(call(rt, "aten::scatter_.src", x, dim, idx, src), want, **exact(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("value", [2.5, -3, True])
+def test_scatter_value(rt, dtype, value):
+    x = data((4, 6), dtype)
+    idx = unique_index(6, (4, 3), 1)
+    want = torch.scatter(x, 1, idx % 6, value)
+    check(call(rt, "aten::scatter.value", x, 1, idx, value), want, **exact(dtype))
+    check(call(rt, "aten::scatter_.value", x, -1, idx, value), want, **exact(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_scatter_add(rt, dtype, dim):
+    x = data((5, 6), dtype)
+    idx = rand_index(x.shape[dim], (8, 4) if dim == 0 else (4, 9))  # duplicates accumulate
+    src = data((8, 9), dtype)
+    want = torch.scatter_add(x.float(), dim, idx % x.shape[dim], src.float()).to(dtype)
+    tol = tol_for(dtype) if dtype.is_floating_point else exact(dtype)
+    check(call(rt, "aten::scatter_add", x, dim, idx, src), want, **tol)
+    check(call(rt, "aten::scatter_add_", x, dim, idx, src), want, **tol)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_scatter_reduce(rt, reduce, include_self, dtype):
+    x = (torch.rand(4, 5) * 4 + 0.5).to(dtype)
+    idx = torch.randint(0, 5, (4, 7))
+    idx[:, 0] = 4  # column 4 is hit; some columns stay untouched
+    src = (torch.rand(4, 7) * 4 + 0.5).to(dtype)
+    want = torch.scatter_reduce(x, 1, idx, src, reduce, include_self=include_self)
+    tol = tol_for(dtype, 1e-5) if dtype.is_floating_point else exact(dtype)
+    if dtype == torch.bfloat16 and reduce in ("sum", "prod", "mean"):
+        tol = {"atol": 0.5, "rtol": 0.05}  # PyTorch accumulates in bf16, we in f32
+    check(call(rt, "aten::scatter_reduce.two", x, 1, idx, src, reduce, include_self), want, **tol)
+    check(call(rt, "aten::scatter_reduce_.two", x, -1, idx, src, reduce, include_self), want, **tol)
+
+
+def test_scatter_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError,
+                       match=r"aten::scatter.src: Expected index \[2, 2\] to be no larger than self \[3, 4\] apart from dimension 1 and to be no larger size than src \[2, 1\]"):
+        call(rt, "aten::scatter.src", x, 1, torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, 1))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::scatter.src: scatter\(\): Expected self.dtype to be equal to src.dtype"):
+        call(rt, "aten::scatter.src", x, 1, torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, 2, dtype=torch.int64))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::scatter_reduce.two: reduce argument must be either sum, prod, mean, amax or amin, got foo"):
+        call(rt, "aten::scatter_reduce.two", x, 1, torch.zeros(3, 1, dtype=torch.int64), torch.zeros(3, 1), "foo")
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::scatter_add: Dimension out of range"):
+        call(rt, "aten::scatter_add", x, -3, torch.zeros(3, 1, dtype=torch.int64), torch.zeros(3, 1))
+
+
+# --------------------------------------------------------------- index_add
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int64])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("alpha", [1, 2])
+def test_index_add(rt, dtype, dim, alpha):
+    x = data((4, 5, 3), dtype)
+    idx = rand_index(x.shape[dim], (6,))  # with duplicates
+    shape = list(x.shape)
+    shape[dim] = 6
+    src = data(shape, dtype)
+    want = torch.index_add(x.float(), dim, idx % x.shape[dim], src.float(), alpha=alpha).to(dtype)
+    tol = tol_for(dtype) if dtype.is_floating_point else exact(dtype)
+    check(call(rt, "aten::index_add", x, dim, idx, src, alpha), want, **tol)
+    check(call(rt, "aten::index_add_", x, dim, idx.int(), src, alpha), want, **tol)
+
+
+def test_index_add_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_add: index_add_\(\): Number of indices \(2\) should be equal to source.size\(dim\): \(3\)"):
+        call(rt, "aten::index_add", x, 1, torch.tensor([0, 1]), torch.zeros(3, 3))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_add: .*same scalar type"):
+        call(rt, "aten::index_add", x, 1, torch.tensor([0, 1]), torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_add: .*dimension 0.*\[3, 4\].*\[2, 2\]"):
+        call(rt, "aten::index_add", x, 1, torch.tensor([0, 1]), torch.zeros(2, 2))
+
+
+# -------------------------------------------------------- advanced indexing
+
+def I(*xs):
+    return torch.tensor(xs, dtype=torch.int64)
+
+
+# (self shape, index list) in PyTorch's form: None is a full slice.
+ADVANCED = [
+    ((5,), [I(0, -1, 3)]),
+    ((4, 5), [I(1, -2)]),
+    ((4, 5), [None, I(0, 4, -5)]),
+    ((4, 5), [I(0, 3), I(-1, 2)]),
+    ((4, 5), [I(0, 3).reshape(2, 1), I(1, 2, 4)]),  # broadcast to [2, 3]
+    ((3, 4, 5), [None, I(1, 2), I(0, 4)]),  # adjacent, in the middle
+    ((3, 4, 5), [I(2, 0), None, I(0, -1)]),  # not adjacent: index dims first
+    ((3, 4, 5, 6), [None, I(1, 3).reshape(2, 1), None, I(0, 5, 2)]),  # not adjacent, broadcast
+    ((3, 4, 5, 6), [None, None, I(4, 0, 1).reshape(3, 1, 1)]),
+    ((3, 4, 5), [torch.tensor(1), None, torch.tensor(-1)]),  # 0-dim indices
+    ((3, 4), [torch.tensor(2)]),
+    ((3, 4, 5), [I(0, 1), I(2, 3), I(4, 0)]),
+    ((3, 4), [torch.zeros(0, dtype=torch.int64)]),
+]
+
+
+def torch_index(x, indices):
+    key = tuple(slice(None) if i is None else i for i in indices)
+    return x[key]
+
+
+def wrap(x, indices):
+    return [None if i is None else i % x.shape[d] for d, i in enumerate(indices)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("case", range(len(ADVANCED)))
+def test_index_tensor(rt, dtype, case):
+    shape, indices = ADVANCED[case]
+    x = data(shape, dtype)
+    want = torch_index(x, indices)
+    check(call(rt, "aten::index.Tensor", x, indices), want, **exact(dtype))
+    as_i32 = [None if i is None else i.int() for i in indices]
+    check(call(rt, "aten::index.Tensor", x, as_i32), want, **exact(dtype))
+
+
+def test_index_tensor_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.UnimplementedError, match=r"aten::index.Tensor: boolean.*\[3\].*\[3, 4\].*nonzero"):
+        call(rt, "aten::index.Tensor", x, [torch.tensor([True, False, True])])
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index.Tensor: tensors used as indices must be long, int, byte or bool tensors"):
+        call(rt, "aten::index.Tensor", x, [torch.tensor([0.0])])
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index.Tensor: too many indices for tensor of dimension 2 \(got 3"):
+        call(rt, "aten::index.Tensor", x, [I(0), I(0), I(0)])
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index.Tensor: shape mismatch: indexing tensors could not be broadcast together with shapes \[2\], \[3\]"):
+        call(rt, "aten::index.Tensor", x, [I(0, 1), I(0, 1, 2)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize("case", [1, 2, 3, 4, 5, 6, 7, 9, 11])
+def test_index_put(rt, dtype, case):
+    shape, indices = ADVANCED[case]
+    x = data(shape, dtype)
+    result_shape = torch_index(x, indices).shape
+    # Values broadcast to the indexing result: drop the leading dim when it can.
+    vshape = result_shape[1:] if len(result_shape) > 1 else result_shape
+    values = data(vshape, dtype)
+    key = wrap(x, indices)
+    want = torch.ops.aten.index_put(x, key, values)
+    check(call(rt, "aten::index_put", x, indices, values), want, **exact(dtype))
+    check(call(rt, "aten::index_put_", x, indices, values, False), want, **exact(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_index_put_accumulate(rt, dtype):
+    x = data((4, 5, 3), dtype)
+    indices = [I(0, 3, 0, -1, 3), None, I(2, 2, 2, 1, -1)]  # repeated pairs accumulate
+    values = data((5, 5), dtype)
+    want = torch.ops.aten.index_put(x.float(), wrap(x, indices), values.float(), True).to(dtype)
+    tol = tol_for(dtype) if dtype.is_floating_point else exact(dtype)
+    check(call(rt, "aten::index_put", x, indices, values, True), want, **tol)
+    check(call(rt, "aten::index_put_", x, indices, values, True), want, **tol)
+
+
+def test_index_put_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError,
+                       match=r"aten::index_put: shape mismatch: value tensor of shape \[3\] cannot be broadcast to indexing result of shape \[2, 4\]"):
+        call(rt, "aten::index_put", x, [I(0, 1)], torch.zeros(3))
+    with pytest.raises(torchtpu.InvalidArgumentError,
+                       match=r"aten::index_put_: Index put requires the source and destination dtypes match, got float32 for the destination and int64"):
+        call(rt, "aten::index_put_", x, [I(0)], torch.tensor([1]))
+    with pytest.raises(torchtpu.UnimplementedError, match=r"aten::index_put: boolean"):
+        call(rt, "aten::index_put", x, [x > 0], torch.tensor(1.0))
+
+
+# ------------------------------------------------------------- masked_fill
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_shape", [(3, 4), (4,), (3, 1), ()])
+def test_masked_fill(rt, dtype, mask_shape):
+    x = data((3, 4), dtype)
+    mask = torch.rand(mask_shape) > 0.5
+    for value in [-2.5, 7, True]:
+        want = x.masked_fill(mask, value)
+        check(call(rt, "aten::masked_fill.Scalar", x, mask, value), want, **exact(dtype))
+        check(call(rt, "aten::masked_fill_.Scalar", x, mask, value), want, **exact(dtype))
+    v = torch.tensor(3.0, dtype=torch.float64)
+    want = x.masked_fill(mask, v)
+    check(call(rt, "aten::masked_fill.Tensor", x, mask, v), want, **exact(dtype))
+    check(call(rt, "aten::masked_fill_.Tensor", x, mask, v), want, **exact(dtype))
+
+
+def test_masked_fill_broadcasts_self(rt):
+    # Out of place, self broadcasts against the mask too.
+    x = torch.arange(4.0)
+    mask = torch.rand(3, 4) > 0.5
+    check(call(rt, "aten::masked_fill.Scalar", x, mask, 0.5), x.masked_fill(mask, 0.5))
+
+
+def test_masked_fill_errors(rt):
+    x = torch.zeros(3)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::masked_fill.Scalar: masked_fill_ only supports boolean masks, but got mask with dtype float32"):
+        call(rt, "aten::masked_fill.Scalar", x, torch.zeros(3), 1.0)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::masked_fill.Tensor: .*0-dimensional value tensor.*1 dimension"):
+        call(rt, "aten::masked_fill.Tensor", x, torch.zeros(3, dtype=torch.bool), torch.zeros(2))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::masked_fill.Scalar: .*\[3\].*\[2\]"):
+        call(rt, "aten::masked_fill.Scalar", x, torch.zeros(2, dtype=torch.bool), 1.0)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::masked_fill_.Scalar: .*\[3\].*\[2, 3\]"):
+        call(rt, "aten::masked_fill_.Scalar", x, torch.zeros(2, 3, dtype=torch.bool), 1.0)
+
+
+# ------------------------------------------------------ non-contiguous input
+
+@needs_views
+def test_strided_inputs(rt):
+    base_t = torch.randn(6, 8)
+    base = tpu(rt, base_t)
+    xt = base_t.t()  # [8, 6], strides [1, 8]
+    x = view(rt, base, [8, 6], [1, 8])
+    idx = I(5, -1, 0, 2)
+    check(cpu(rt.call1("aten::index_select", x, 1, tpu(rt, idx))), xt.index_select(1, idx % 6))
+    g = rand_index(6, (8, 3))
+    check(cpu(rt.call1("aten::gather", x, -1, tpu(rt, g))), xt.gather(1, g % 6))
+    check(cpu(rt.call1("aten::index.Tensor", x, [None, tpu(rt, idx)])), xt[:, idx % 6])
+    mask = torch.rand(8, 6) > 0.5
+    check(cpu(rt.call1("aten::masked_fill.Scalar", x, tpu(rt, mask), 0.0)), xt.masked_fill(mask, 0.0))
+    # A strided index tensor.
+    it = torch.arange(12).reshape(3, 4) % 6
+    ib = tpu(rt, it)
+    iv = view(rt, ib, [4, 3], [1, 4])
+    check(cpu(rt.call1("aten::index.Tensor", x, [None, iv])), xt[:, it.t()])
+
+
+@needs_views
+def test_inplace_through_view(rt):
+    base_t = torch.zeros(4, 6)
+    base = tpu(rt, base_t)
+    # Every other column: [4, 3] with strides [6, 2] at offset 1.
+    v = view(rt, base, [4, 3], [6, 2], 1)
+    vt = base_t.as_strided([4, 3], [6, 2], 1)
+    idx = I(2, 0, -1)
+    vals = torch.randn(4, 3)
+    rt.call("aten::index_put_", v, [None, tpu(rt, idx)], tpu(rt, vals), True)
+    torch.ops.aten.index_put_(vt, [None, idx % 3], vals, True)
+    check(cpu(base), base_t)
+    src = torch.randn(4, 3)
+    sidx = unique_index(4, (4, 3), 0)
+    rt.call("aten::scatter_.src", v, 0, tpu(rt, sidx), tpu(rt, src))
+    vt.scatter_(0, sidx % 4, src)
+    check(cpu(base), base_t)
+    mask = torch.rand(4, 3) > 0.5
+    rt.call("aten::masked_fill_.Scalar", v, tpu(rt, mask), 9.0)
+    vt.masked_fill_(mask, 9.0)
+    check(cpu(base), base_t)
+    ia = I(1, 1, 3)
+    srca = torch.randn(3, 3)
+    rt.call("aten::index_add_", v, 0, tpu(rt, ia), tpu(rt, srca))
+    vt.index_add_(0, ia, srca)
+    check(cpu(base), base_t)
