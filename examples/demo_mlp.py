@@ -40,7 +40,7 @@ def main() -> int:
     args = ap.parse_args()
 
     with torchtpu.Runtime() as rt:
-        print(f"torchtpu {torchtpu.__name__} on PJRT platform '{rt.platform_name}' ({rt.platform_version})")
+        print(f"torchtpu {torchtpu.__version__} on PJRT platform '{rt.platform_name}' ({rt.platform_version})")
         for d in rt.devices():
             print(f"  tpu:{d['index']}  id={d['id']}  kind={d['kind']}  {d['description']}")
 
@@ -52,6 +52,7 @@ def main() -> int:
         w2 = rng.standard_normal((dims[3], dims[2]), dtype=np.float32) / np.sqrt(dims[2])
         b2 = rng.standard_normal(dims[3], dtype=np.float32) * 0.1
 
+        x, w1, b1, w2, b2 = (a.astype(np.float32) for a in (x, w1, b1, w2, b2))
         dev = [rt.from_numpy(a, device=args.device) for a in (x, w1, b1, w2, b2)]
         print(f"\nMLP {dims[1]} -> {dims[2]} (relu) -> {dims[3]} (softmax), batch {dims[0]}, on tpu:{args.device}")
         t0 = time.perf_counter()

@@ -25,4 +25,7 @@ from .runtime import (  # noqa: F401
     set_mode,
     set_thread_mode,
     thread_mode,
+    version,
 )
+
+__version__ = version()

@@ -58,6 +58,11 @@ class DType:
         self.code = dtype_code(d)
 
 
+def version() -> str:
+    """The libtorchtpu version."""
+    return ffi.string(lib.ttpu_version()).decode()
+
+
 def set_mode(mode: int) -> None:
     check(lib.ttpu_set_mode(mode))
 
