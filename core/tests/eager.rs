@@ -2,23 +2,12 @@
 //! scalars, writes through views, debug mode, and error reporting. Values are
 //! checked against hand-computed results.
 
-use std::sync::Arc;
+mod common;
+use common::*;
+
 
 use torchtpu_core::runtime::{set_thread_mode, ExecMode};
-use torchtpu_core::{Code, DType, Runtime, RuntimeOptions, Scalar, Tensor, Value};
-
-fn rt() -> Arc<Runtime> {
-    Runtime::new(RuntimeOptions::default()).expect("runtime (run scripts/setup.sh to install the CPU plugin)")
-}
-
-fn f32s(rt: &Arc<Runtime>, data: &[f32], sizes: &[i64]) -> Tensor {
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
-    rt.tensor_from_host(&bytes, DType::F32, sizes, 0).unwrap()
-}
-
-fn host_f32(rt: &Arc<Runtime>, t: &Tensor) -> Vec<f32> {
-    rt.tensor_to_host(t).unwrap().chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
-}
+use torchtpu_core::{Code, DType, Scalar, Value};
 
 #[test]
 fn second_call_with_same_shapes_does_not_compile() {

@@ -1,26 +1,11 @@
 //! Creation and index ops end to end on the default plugin, checked against
 //! hand-computed results (the Python suite compares against PyTorch).
 
-use std::sync::Arc;
+mod common;
+use common::*;
 
-use torchtpu_core::{Code, DType, Runtime, RuntimeOptions, Scalar, Tensor, Value};
 
-fn rt() -> Arc<Runtime> {
-    Runtime::new(RuntimeOptions::default()).expect("runtime (run scripts/setup.sh to install the CPU plugin)")
-}
-
-fn f32s(rt: &Arc<Runtime>, t: &Tensor) -> Vec<f32> {
-    rt.tensor_to_host(t).unwrap().chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
-}
-
-fn i64s(rt: &Arc<Runtime>, t: &Tensor) -> Vec<i64> {
-    rt.tensor_to_host(t).unwrap().chunks(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect()
-}
-
-fn from_i64(rt: &Arc<Runtime>, data: &[i64], sizes: &[i64]) -> Tensor {
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
-    rt.tensor_from_host(&bytes, DType::I64, sizes, 0).unwrap()
-}
+use torchtpu_core::{Code, DType, Scalar, Value};
 
 #[test]
 fn full_fill_value_does_not_recompile() {
@@ -31,8 +16,8 @@ fn full_fill_value_does_not_recompile() {
     let before = rt.stats().compiles;
     let b = rt.call1("aten::full", &[size, Value::Scalar(Scalar::Float(-4.0))]).unwrap();
     assert_eq!(rt.stats().compiles, before);
-    assert_eq!(f32s(&rt, &a), vec![1.5; 4]);
-    assert_eq!(f32s(&rt, &b), vec![-4.0; 4]);
+    assert_eq!(host_f32(&rt, &a), vec![1.5; 4]);
+    assert_eq!(host_f32(&rt, &b), vec![-4.0; 4]);
     let i = rt.call1("aten::full", &[Value::IntList(vec![3]), Value::Scalar(Scalar::Int(7))]).unwrap();
     assert_eq!(i.dtype(), DType::I64);
 }
@@ -43,9 +28,9 @@ fn arange_length_and_errors() {
     let s = |x: i64| Value::Scalar(Scalar::Int(x));
     let t = rt.call1("aten::arange.start_step", &[s(10), s(0), s(-3)]).unwrap();
     assert_eq!(t.dtype(), DType::I64);
-    assert_eq!(i64s(&rt, &t), vec![10, 7, 4, 1]);
+    assert_eq!(host_i64(&rt, &t), vec![10, 7, 4, 1]);
     let f = rt.call1("aten::arange.start_step", &[s(0), s(1), Value::Scalar(Scalar::Float(0.25))]).unwrap();
-    assert_eq!(f32s(&rt, &f), vec![0.0, 0.25, 0.5, 0.75]);
+    assert_eq!(host_f32(&rt, &f), vec![0.0, 0.25, 0.5, 0.75]);
     let e = rt.call("aten::arange.start_step", &[s(0), s(5), s(0)]).unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     let msg = e.to_string();
@@ -66,9 +51,9 @@ fn random_is_reproducible() {
     let rt = rt();
     let draw = || rt.call1("aten::rand", &[Value::IntList(vec![64])]).unwrap();
     rt.manual_seed(11);
-    let (a, b) = (f32s(&rt, &draw()), f32s(&rt, &draw()));
+    let (a, b) = (host_f32(&rt, &draw()), host_f32(&rt, &draw()));
     rt.manual_seed(11);
-    assert_eq!(f32s(&rt, &draw()), a);
+    assert_eq!(host_f32(&rt, &draw()), a);
     assert_ne!(a, b);
     assert!(a.iter().all(|&x| (0.0..1.0).contains(&x)));
 }
@@ -77,26 +62,26 @@ fn random_is_reproducible() {
 fn advanced_index_places_batch_dims() {
     let rt = rt();
     // x = arange(24).reshape(2, 3, 4)
-    let x = from_i64(&rt, &(0..24).collect::<Vec<_>>(), &[2, 3, 4]);
-    let i0 = from_i64(&rt, &[1, -2], &[2]);
-    let i2 = from_i64(&rt, &[3, 0], &[2]);
+    let x = i64s(&rt, &(0..24).collect::<Vec<_>>(), &[2, 3, 4]);
+    let i0 = i64s(&rt, &[1, -2], &[2]);
+    let i2 = i64s(&rt, &[3, 0], &[2]);
     // Non-adjacent indices: the index dims go first -> [2, 3].
     let out = rt.call1("aten::index.Tensor", &[(&x).into(), Value::OptTensorList(vec![Some(i0.clone()), None, Some(i2.clone())])]).unwrap();
     assert_eq!(out.sizes(), &[2, 3]);
     // x[1, :, 3] = [15, 19, 23]; x[0, :, 0] = [0, 4, 8]
-    assert_eq!(i64s(&rt, &out), vec![15, 19, 23, 0, 4, 8]);
+    assert_eq!(host_i64(&rt, &out), vec![15, 19, 23, 0, 4, 8]);
     // Adjacent indices stay in place: x[:, i, j] -> [2, 2].
-    let i1 = from_i64(&rt, &[2, 0], &[2]);
+    let i1 = i64s(&rt, &[2, 0], &[2]);
     let out = rt.call1("aten::index.Tensor", &[(&x).into(), Value::OptTensorList(vec![None, Some(i1), Some(i2)])]).unwrap();
     assert_eq!(out.sizes(), &[2, 2]);
     // x[0, 2, 3] = 11, x[0, 0, 0] = 0, x[1, 2, 3] = 23, x[1, 0, 0] = 12
-    assert_eq!(i64s(&rt, &out), vec![11, 0, 23, 12]);
+    assert_eq!(host_i64(&rt, &out), vec![11, 0, 23, 12]);
 }
 
 #[test]
 fn bool_mask_index_is_unimplemented() {
     let rt = rt();
-    let x = from_i64(&rt, &[1, 2, 3], &[3]);
+    let x = i64s(&rt, &[1, 2, 3], &[3]);
     let mask = rt.tensor_from_host(&[1, 0, 1], DType::Bool, &[3], 0).unwrap();
     let e = rt.call("aten::index.Tensor", &[(&x).into(), Value::OptTensorList(vec![Some(mask)])]).unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);

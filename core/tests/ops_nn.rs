@@ -3,26 +3,12 @@
 //! as the same data laid out densely. Plus hand-checked max-pool indices and
 //! dropout seeding.
 
+mod common;
+use common::*;
+
 use std::sync::Arc;
 
-use torchtpu_core::{DType, Runtime, RuntimeOptions, Tensor, Value};
-
-fn rt() -> Arc<Runtime> {
-    Runtime::new(RuntimeOptions::default()).expect("runtime (run scripts/setup.sh to install the CPU plugin)")
-}
-
-fn f32s(rt: &Arc<Runtime>, data: &[f32], sizes: &[i64]) -> Tensor {
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
-    rt.tensor_from_host(&bytes, DType::F32, sizes, 0).unwrap()
-}
-
-fn host_f32(rt: &Arc<Runtime>, t: &Tensor) -> Vec<f32> {
-    rt.tensor_to_host(t).unwrap().chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
-}
-
-fn host_i64(rt: &Arc<Runtime>, t: &Tensor) -> Vec<i64> {
-    rt.tensor_to_host(t).unwrap().chunks(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect()
-}
+use torchtpu_core::{Runtime, Tensor, Value};
 
 /// Deterministic, irregular test data.
 fn data(n: usize) -> Vec<f32> {

@@ -1,26 +1,11 @@
 //! Reductions and matrix products end to end on the default plugin, checked
 //! against hand-computed values (the Python suite compares with PyTorch).
 
-use std::sync::Arc;
+mod common;
+use common::*;
 
-use torchtpu_core::{Code, DType, Runtime, RuntimeOptions, Tensor, Value};
 
-fn rt() -> Arc<Runtime> {
-    Runtime::new(RuntimeOptions::default()).expect("runtime (run scripts/setup.sh to install the CPU plugin)")
-}
-
-fn f32s(rt: &Arc<Runtime>, data: &[f32], sizes: &[i64]) -> Tensor {
-    let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();
-    rt.tensor_from_host(&bytes, DType::F32, sizes, 0).unwrap()
-}
-
-fn host_f32(rt: &Arc<Runtime>, t: &Tensor) -> Vec<f32> {
-    rt.tensor_to_host(t).unwrap().chunks(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
-}
-
-fn host_i64(rt: &Arc<Runtime>, t: &Tensor) -> Vec<i64> {
-    rt.tensor_to_host(t).unwrap().chunks(8).map(|c| i64::from_ne_bytes(c.try_into().unwrap())).collect()
-}
+use torchtpu_core::{Code, DType, Value};
 
 #[test]
 fn sum_keepdim_and_argmax_ties() {

@@ -229,6 +229,17 @@ fn add_sub(r: &mut Registry, name: &'static str, sub: bool) {
     }
 }
 
+/// `r != 0 && sign(r) != sign(b)`: where a truncating remainder `r` of a
+/// division by `b` needs the floor correction.
+fn nonzero_with_other_sign(f: &mut Func, r: V, b: V) -> V {
+    let zero = f.full_like(r, 0.0);
+    let r_nz = f.compare(Cmp::Ne, r, zero);
+    let r_neg = f.compare(Cmp::Lt, r, zero);
+    let b_neg = f.compare(Cmp::Lt, b, zero);
+    let signs = f.compare(Cmp::Ne, r_neg, b_neg);
+    f.and(r_nz, signs)
+}
+
 /// Floor division as PyTorch computes it for floats (`div_floor_floating`):
 /// exact for values that `floor(a / b)` would round wrongly.
 fn div_floor_float(f: &mut Func, a: V, b: V) -> V {
@@ -237,11 +248,7 @@ fn div_floor_float(f: &mut Func, a: V, b: V) -> V {
     let div = f.div(am, b);
     let zero = f.full_like(a, 0.0);
     let one = f.full_like(a, 1.0);
-    let m_nz = f.compare(Cmp::Ne, m, zero);
-    let b_neg = f.compare(Cmp::Lt, b, zero);
-    let m_neg = f.compare(Cmp::Lt, m, zero);
-    let signs = f.compare(Cmp::Ne, b_neg, m_neg);
-    let adjust = f.and(m_nz, signs);
+    let adjust = nonzero_with_other_sign(f, m, b);
     let dm1 = f.sub(div, one);
     let div = f.select(adjust, dm1, div);
     let fl = f.unary("stablehlo.floor", div);
@@ -264,13 +271,8 @@ fn div_floor_float(f: &mut Func, a: V, b: V) -> V {
 fn div_floor_int(f: &mut Func, a: V, b: V) -> V {
     let q = f.div(a, b);
     let r = f.binary("stablehlo.remainder", a, b);
-    let zero = f.full_like(a, 0.0);
     let one = f.full_like(a, 1.0);
-    let r_nz = f.compare(Cmp::Ne, r, zero);
-    let a_neg = f.compare(Cmp::Lt, r, zero);
-    let b_neg = f.compare(Cmp::Lt, b, zero);
-    let signs = f.compare(Cmp::Ne, a_neg, b_neg);
-    let adjust = f.and(r_nz, signs);
+    let adjust = nonzero_with_other_sign(f, r, b);
     let qm1 = f.sub(q, one);
     f.select(adjust, qm1, q)
 }
@@ -332,18 +334,12 @@ fn register_binary(r: &mut Registry) {
     r.op_and_inplace("aten::floor_divide(Tensor self, Tensor other) -> Tensor", |cx, a| {
         Ok(vec![divide(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, Some("floor"))?])
     });
-    binary(r, "remainder", |cx, a, b, d| {
+    binary(r, "remainder", |cx, a, b, _| {
         let f = &mut cx.f;
         let m = f.binary("stablehlo.remainder", a, b);
         // Python semantics: the result has the sign of the divisor.
-        let zero = f.full_like(a, 0.0);
-        let m_nz = f.compare(Cmp::Ne, m, zero);
-        let m_neg = f.compare(Cmp::Lt, m, zero);
-        let b_neg = f.compare(Cmp::Lt, b, zero);
-        let signs = f.compare(Cmp::Ne, m_neg, b_neg);
-        let adjust = f.and(m_nz, signs);
+        let adjust = nonzero_with_other_sign(f, m, b);
         let mb = f.add(m, b);
-        let _ = d;
         Ok(f.select(adjust, mb, m))
     });
     binary(r, "fmod", |cx, a, b, _| Ok(cx.f.binary("stablehlo.remainder", a, b)));
