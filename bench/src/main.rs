@@ -29,7 +29,7 @@ fn f32_tensor(rt: &Arc<Runtime>, n: usize, sizes: &[i64], seed: u32) -> (Tensor,
 }
 
 fn wait(t: &Tensor) {
-    t.storage().buffer().ready_event().unwrap().wait().unwrap();
+    t.storage().buffer().expect("strict mode: materialized").ready_event().unwrap().wait().unwrap();
 }
 
 struct Case {

@@ -238,12 +238,11 @@ pub unsafe extern "C" fn ttpu_runtime_manual_seed(runtime: *const ttpu_runtime_t
     })
 }
 
-/// Drops every cached executable.
+/// Drops every cached executable, in memory and in the on-disk cache.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_clear_cache(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
     ffi_boundary!({
-        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_clear_cache")?.rt.clear_cache();
-        Ok(())
+        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_clear_cache")?.rt.clear_cache()
     })
 }
 

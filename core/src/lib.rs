@@ -6,8 +6,10 @@
 //! StableHLO text builder), and [`pjrt`] (the device runtime).
 //! Nothing here knows about the C ABI or any frontend.
 
+pub mod cache;
 pub mod dtype;
 pub mod error;
+pub mod graph;
 pub mod hlo;
 pub mod ops;
 pub mod pjrt;

@@ -17,6 +17,9 @@ use crate::pjrt::Buffer;
 pub enum StorageValue {
     /// A materialized PJRT buffer: rank 1, `numel` elements of `dtype`.
     Buffer(Arc<Buffer>),
+    /// Not computed yet: output `out` of node `node` of the fused recording
+    /// `recording` (see [`crate::graph`]).
+    Pending { recording: u64, node: u32, out: u32 },
 }
 
 /// Flat, typed device memory shared by all views of it.
@@ -59,10 +62,26 @@ impl Storage {
         self.value.lock().clone()
     }
 
-    /// The materialized buffer.
-    pub fn buffer(&self) -> Arc<Buffer> {
+    /// The materialized buffer, or `None` while the value is pending (the
+    /// runtime's `materialize` flushes it).
+    pub fn buffer(&self) -> Option<Arc<Buffer>> {
         match &*self.value.lock() {
-            StorageValue::Buffer(b) => b.clone(),
+            StorageValue::Buffer(b) => Some(b.clone()),
+            StorageValue::Pending { .. } => None,
+        }
+    }
+
+    /// Rebinds the cell to `new` only if it still holds the pending value
+    /// `expected` (a later write wins over a flush that computed an older
+    /// value).
+    pub fn resolve(&self, recording: u64, node: u32, out: u32, new: StorageValue) -> bool {
+        let mut v = self.value.lock();
+        match &*v {
+            StorageValue::Pending { recording: r, node: n, out: o } if (*r, *n, *o) == (recording, node, out) => {
+                *v = new;
+                true
+            }
+            _ => false,
         }
     }
 

@@ -19,7 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "pytho
 import torchtpu  # noqa: E402
 from torchtpu.runtime import DTYPE_NAMES, DType, Runtime, Tensor, thread_mode  # noqa: E402
 
-MODES = {"strict": torchtpu.DEFER_NEVER, "debug": torchtpu.DEFER_NEVER_AND_LAUNCH_BLOCKING}
+MODES = {
+    "strict": torchtpu.DEFER_NEVER,
+    "debug": torchtpu.DEFER_NEVER_AND_LAUNCH_BLOCKING,
+    "fused": torchtpu.DEFER_AND_FUSE,
+}
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 _TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES.values()}
 

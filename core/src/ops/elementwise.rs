@@ -293,7 +293,11 @@ fn divide(cx: &mut Cx, x: Ew, y: Ew, mode: Option<&str>) -> Result<V> {
             let (vs, _) = prepare(cx, &[x, y], d.opmath())?;
             let q = match (mode, d.is_float()) {
                 (Some("trunc"), true) => {
+                    // PyTorch rounds the quotient to the tensor's dtype
+                    // before truncating (it matters for f16/bf16).
                     let q = cx.f.div(vs[0], vs[1]);
+                    let q = cx.f.convert(q, d);
+                    let q = cx.f.convert(q, d.opmath());
                     trunc(&mut cx.f, q)
                 }
                 (Some("trunc"), false) => cx.f.div(vs[0], vs[1]),

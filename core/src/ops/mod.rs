@@ -94,6 +94,12 @@ impl Cx {
         &self.plan
     }
 
+    /// Forgets the scalar parameters made so far: the next op lowered into
+    /// this function (a fused graph) numbers its arguments afresh.
+    pub fn reset_scalars(&mut self) {
+        self.scalar_params.clear();
+    }
+
     /// The runtime scalar `s` as a rank-0 value of type `elem`.
     pub fn scalar(&mut self, s: ScalarRef, elem: impl Into<Elem>) -> V {
         let elem = elem.into();

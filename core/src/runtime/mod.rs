@@ -4,7 +4,9 @@
 //! Thread-safe: a [`Runtime`] is shared as `Arc<Runtime>` and every method
 //! takes `&self`.
 
+mod call;
 mod eager;
+mod fused;
 pub mod mode;
 pub mod rng;
 pub mod stats;
@@ -16,7 +18,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 pub use mode::{current_mode, global_mode, set_global_mode, set_thread_mode, thread_mode, ExecMode};
+pub use fused::FlushInfo;
 pub use stats::{Stats, StatsSnapshot};
+
+use crate::cache::{CacheConfig, ProgramCache};
+use crate::graph::policy::{FuseAll, FusionPolicy};
+use crate::graph::{FlushReason, Recording};
+use fused::InferTable;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -54,7 +62,27 @@ pub struct Runtime {
     /// Completion events of launched programs not yet known to be done, and
     /// the first error from one that failed (reported at the next sync).
     pending: Mutex<(Vec<Event>, Option<Error>)>,
+    // --- fused mode ---
+    /// Each device's pending graph.
+    recordings: Vec<Mutex<Recording>>,
+    next_recording: std::sync::atomic::AtomicU64,
+    infers: Mutex<InferTable>,
+    /// Recordings whose flush failed, with the error (their values are lost).
+    failed: Mutex<HashMap<u64, String>>,
+    fusion: Mutex<FusionConfig>,
+    programs: ProgramCache,
+    last_flush: Mutex<Option<FlushInfo>>,
 }
+
+/// Fusion settings of a runtime.
+struct FusionConfig {
+    policy: Arc<dyn FusionPolicy>,
+    /// Flush when the pending graph has this many ops.
+    max_ops: usize,
+}
+
+/// Default pending-graph size limit (`TORCHTPU_FUSE_MAX_OPS`).
+const DEFAULT_MAX_OPS: usize = 2048;
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,6 +102,8 @@ impl Runtime {
         }
         let client = Client::create(api, &create)?;
         let generators = (0..client.device_count()).map(|_| Mutex::new(Generator::default())).collect();
+        let recordings: Vec<Mutex<Recording>> = (0..client.device_count()).map(|d| Mutex::new(Recording::new(d as u64, d))).collect();
+        let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);
         Ok(Arc::new(Runtime {
             client,
             plugin: found.path,
@@ -82,6 +112,13 @@ impl Runtime {
             generators,
             scalars: Mutex::new(HashMap::new()),
             pending: Mutex::new((Vec::new(), None)),
+            next_recording: std::sync::atomic::AtomicU64::new(recordings.len() as u64),
+            recordings,
+            infers: Mutex::new(InferTable::default()),
+            failed: Mutex::new(HashMap::new()),
+            fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseAll), max_ops }),
+            programs: ProgramCache::new(CacheConfig::from_env()),
+            last_flush: Mutex::new(None),
         }))
     }
 
@@ -120,9 +157,40 @@ impl Runtime {
         s
     }
 
-    /// Drops every cached executable (the next call of each op compiles).
-    pub fn clear_cache(&self) {
+    /// Drops every cached executable, in memory and on disk (the next call
+    /// of each op or graph compiles).
+    pub fn clear_cache(&self) -> Result<()> {
         self.cache.lock().clear();
+        self.programs.clear()
+    }
+
+    /// The fused-program cache (two tiers, with miss explanations).
+    pub fn program_cache(&self) -> &ProgramCache {
+        &self.programs
+    }
+
+    /// Sets the fusion policy for all devices.
+    pub fn set_fusion_policy(&self, policy: Arc<dyn FusionPolicy>) {
+        self.fusion.lock().policy = policy;
+    }
+
+    pub fn fusion_policy(&self) -> Arc<dyn FusionPolicy> {
+        self.fusion.lock().policy.clone()
+    }
+
+    /// Flushes a pending graph once it has `max_ops` ops (at least 1).
+    pub fn set_fusion_max_ops(&self, max_ops: usize) {
+        self.fusion.lock().max_ops = max_ops.max(1);
+    }
+
+    /// What the last flush did.
+    pub fn last_flush(&self) -> Option<FlushInfo> {
+        self.last_flush.lock().clone()
+    }
+
+    /// Ops pending in a device's graph.
+    pub fn pending_ops(&self, device: usize) -> usize {
+        self.recordings.get(device).map_or(0, |r| r.lock().len())
     }
 
     /// Seeds the generator of every device, as `torch.manual_seed` does.
@@ -170,7 +238,7 @@ impl Runtime {
         } else {
             self.call("aten::clone", &[t.into()])?.remove(0).into_tensor()?
         };
-        let buf = dense.storage().buffer();
+        let buf = self.materialize(dense.storage(), "to_host", FlushReason::HostRead)?;
         let mut out = vec![0u8; buf.bytes()];
         buf.to_host(&mut out)?;
         Ok(out)
@@ -178,12 +246,13 @@ impl Runtime {
 
     /// Waits for every launched program; returns the first error any of them
     /// hit since the last sync.
-    pub fn synchronize(&self) -> Result<()> {
+    pub fn synchronize(self: &Arc<Self>) -> Result<()> {
+        let flushed = self.flush(FlushReason::Synchronize);
         let (events, err) = {
             let mut p = self.pending.lock();
             (std::mem::take(&mut p.0), p.1.take())
         };
-        let mut first = err;
+        let mut first = err.or(flushed.err());
         for e in events {
             if let Err(e) = e.wait() {
                 first.get_or_insert(e);

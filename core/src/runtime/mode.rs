@@ -7,7 +7,7 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i32)]
@@ -45,15 +45,9 @@ impl ExecMode {
             .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
     }
 
+    /// Every mode is available; kept as the one place a build could refuse one.
     fn check_supported(self) -> Result<ExecMode> {
-        match self {
-            ExecMode::DeferAndFuse => Err(Error::Unimplemented(
-                "execution mode DEFER_AND_FUSE is not available in this build; use DEFER_NEVER or \
-                 DEFER_NEVER_AND_LAUNCH_BLOCKING"
-                    .into(),
-            )),
-            m => Ok(m),
-        }
+        Ok(self)
     }
 }
 

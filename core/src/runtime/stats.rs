@@ -10,6 +10,12 @@ pub struct Stats {
     pub cache_misses: AtomicU64,
     pub executions: AtomicU64,
     pub view_ops: AtomicU64,
+    /// Ops recorded in fused mode.
+    pub recorded_ops: AtomicU64,
+    /// Fused programs executed.
+    pub fused_programs: AtomicU64,
+    /// Flushes by [`crate::graph::FlushReason`].
+    pub flushes: [AtomicU64; 8],
 }
 
 /// A copy of the counters at one moment.
@@ -23,6 +29,10 @@ pub struct StatsSnapshot {
     pub view_ops: u64,
     /// Executables in the op cache.
     pub cached_programs: u64,
+    pub recorded_ops: u64,
+    pub fused_programs: u64,
+    /// Flushes by [`crate::graph::FlushReason`] (indexed by its value).
+    pub flushes: [u64; 8],
 }
 
 impl Stats {
@@ -40,6 +50,9 @@ impl Stats {
             executions: g(&self.executions),
             view_ops: g(&self.view_ops),
             cached_programs: 0,
+            recorded_ops: g(&self.recorded_ops),
+            fused_programs: g(&self.fused_programs),
+            flushes: std::array::from_fn(|i| g(&self.flushes[i])),
         }
     }
 }

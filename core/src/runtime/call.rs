@@ -1,0 +1,321 @@
+//! One op call, described without its storages: the layout of each tensor
+//! argument, the call's signature, and its lowering into an enclosing
+//! [`Cx`]. Strict eager lowers one call per program; fused mode lowers a
+//! whole recorded graph of calls into one program through the same code.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use crate::dtype::{can_cast, DType};
+use crate::error::{Error, Result};
+use crate::hlo::{Elem, Ty, V};
+use crate::ops::{Args, Cx, Input, OpDef, ParamSrc, ScalarRef};
+use crate::shape::{self, Dims};
+use crate::storage::Storage;
+use crate::tensor::{Tensor, Value};
+use crate::view::{self, Layout};
+
+/// What one program output of a call is.
+#[derive(Debug, Clone)]
+pub(crate) enum Out {
+    /// A new storage holding a result of this shape and dtype.
+    New { sizes: Dims, dtype: DType },
+    /// The new value of the call's `slot`-th storage (a write through a view).
+    Write { slot: usize },
+}
+
+/// What one schema return of a call is.
+#[derive(Debug, Clone)]
+pub(crate) enum Ret {
+    /// Output `i`, as a new contiguous tensor.
+    Tensor(usize),
+    /// The (mutated) tensor argument at this position, returned as is.
+    Alias(usize),
+    /// A `Tensor[]` return.
+    List(Vec<usize>),
+}
+
+/// A call's argument with its tensors left out (so a recorded call does not
+/// keep storages alive): the lowering only needs where tensors go.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    Tensor,
+    Tensors(usize),
+    OptTensors(Vec<bool>),
+    Other(Value),
+}
+
+impl Arg {
+    pub(crate) fn of(v: &Value) -> Arg {
+        match v {
+            Value::Tensor(_) => Arg::Tensor,
+            Value::TensorList(ts) => Arg::Tensors(ts.len()),
+            Value::OptTensorList(ts) => Arg::OptTensors(ts.iter().map(Option::is_some).collect()),
+            other => Arg::Other(other.clone()),
+        }
+    }
+}
+
+/// One tensor argument: which of the call's storages it views, and how.
+#[derive(Debug, Clone)]
+pub(crate) struct TensorDesc {
+    pub slot: usize,
+    pub dtype: DType,
+    pub storage_numel: i64,
+    pub offset: i64,
+    pub sizes: Dims,
+    pub strides: Dims,
+    pub layout: Layout,
+}
+
+/// A call's tensors, flattened in argument order, and their distinct storages.
+#[derive(Default)]
+pub(crate) struct Flat {
+    pub tensors: Vec<TensorDesc>,
+    pub slots: Vec<Arc<Storage>>,
+    /// For each argument, the index of its first tensor.
+    pub first_of_arg: Vec<usize>,
+}
+
+impl Flat {
+    pub(crate) fn new(bound: &[Value]) -> Flat {
+        let mut f = Flat::default();
+        for v in bound {
+            f.first_of_arg.push(f.tensors.len());
+            match v {
+                Value::Tensor(t) => f.add(t),
+                Value::TensorList(ts) => ts.iter().for_each(|t| f.add(t)),
+                Value::OptTensorList(ts) => ts.iter().flatten().for_each(|t| f.add(t)),
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn add(&mut self, t: &Tensor) {
+        let slot = match self.slots.iter().position(|s| Arc::ptr_eq(s, t.storage())) {
+            Some(s) => s,
+            None => {
+                self.slots.push(t.storage().clone());
+                self.slots.len() - 1
+            }
+        };
+        self.tensors.push(TensorDesc {
+            slot,
+            dtype: t.dtype(),
+            storage_numel: t.storage().numel(),
+            offset: t.offset(),
+            sizes: t.sizes().into(),
+            strides: t.strides().into(),
+            layout: view::classify(t.storage().numel(), t.offset(), t.sizes(), t.strides()),
+        });
+    }
+}
+
+/// The cache key of a call. Everything that changes the program is in it;
+/// offsets and runtime scalar values are not.
+pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat) -> String {
+    let mut k = String::with_capacity(64 + 48 * flat.tensors.len());
+    let _ = write!(k, "{id}");
+    let mut ti = 0;
+    let mut tensor = |k: &mut String| {
+        let t = &flat.tensors[ti];
+        let layout = match &t.layout {
+            Layout::Whole => 'W',
+            Layout::Block => 'B',
+            Layout::Strided(_) => 'S',
+            Layout::Gather => 'G',
+        };
+        let _ = write!(k, "T{}:{}:{}{}{:?}{:?}", t.slot, t.storage_numel, t.dtype.code(), layout, t.sizes, t.strides);
+        ti += 1;
+    };
+    for v in bound {
+        k.push('|');
+        match v {
+            Value::Tensor(_) => tensor(&mut k),
+            Value::TensorList(ts) => ts.iter().for_each(|_| tensor(&mut k)),
+            Value::OptTensorList(ts) => ts.iter().for_each(|t| match t {
+                Some(_) => tensor(&mut k),
+                None => k.push('-'),
+            }),
+            Value::Scalar(s) if def.static_scalars => {
+                let _ = write!(k, "{:?}", s.bits());
+            }
+            Value::Scalar(s) => {
+                let _ = write!(k, "s{:?}", s.kind());
+            }
+            other => {
+                let _ = write!(k, "{other:?}");
+            }
+        }
+    }
+    k
+}
+
+/// A call lowered into an enclosing function.
+pub(crate) struct Lowered {
+    /// One rank-1 value per output (results, then storage writes).
+    pub outputs: Vec<V>,
+    pub specs: Vec<Out>,
+    pub returns: Vec<Ret>,
+}
+
+/// Lowers a call whose storages have the values `slot_vals` (rank 1): views
+/// are read inside the program (offsets become runtime parameters), the op's
+/// lowering runs, results are flattened to rank 1, and writes through views
+/// become updated storage values.
+pub(crate) fn lower_call(
+    cx: &mut Cx,
+    def: &OpDef,
+    args: &[Arg],
+    tensors: &[TensorDesc],
+    first_of_arg: &[usize],
+    slot_vals: &[V],
+) -> Result<Lowered> {
+    let op = def.name();
+    let mut reads = Vec::with_capacity(tensors.len());
+    let mut offsets = Vec::with_capacity(tensors.len());
+    for (ti, t) in tensors.iter().enumerate() {
+        let offset = (t.layout != Layout::Whole).then(|| cx.param(Ty::scalar(Elem::I64), ParamSrc::Offset(ti)));
+        reads.push(view::read(&mut cx.f, slot_vals[t.slot], &t.layout, offset, &t.sizes, &t.strides));
+        offsets.push(offset);
+    }
+
+    let inputs = lowering_inputs(def, args, first_of_arg, &reads);
+    let outs = (def.lower)(cx, &Args::new(op, &inputs))?;
+
+    // Map the lowering's values to outputs and schema returns.
+    let schema = &def.schema;
+    let mut outputs: Vec<V> = Vec::new();
+    let mut specs: Vec<Out> = Vec::new();
+    let new_output = |cx: &mut Cx, v: V, outputs: &mut Vec<V>, specs: &mut Vec<Out>| {
+        let sizes: Dims = cx.dims(v).into();
+        let dtype = cx.dtype(v);
+        let flat_v = cx.f.reshape(v, &[shape::numel(&sizes)]);
+        outputs.push(flat_v);
+        specs.push(Out::New { sizes, dtype });
+        outputs.len() - 1
+    };
+    let mut slot_new: Vec<Option<V>> = vec![None; slot_vals.len()];
+    let mut write = |cx: &mut Cx, arg: usize, v: V| -> Result<()> {
+        let ti = first_of_arg[arg];
+        let t = &tensors[ti];
+        let got = cx.dims(v);
+        if got != t.sizes.as_slice() {
+            return Err(cx.err(format!(
+                "output with shape {} doesn't match the broadcast shape {}",
+                shape::fmt(&t.sizes),
+                shape::fmt(&got)
+            )));
+        }
+        let from = cx.dtype(v);
+        if from != t.dtype && !def.any_cast && !can_cast(from, t.dtype) {
+            return Err(cx.err(format!("result type {from} can't be cast to the desired output type {}", t.dtype)));
+        }
+        if t.sizes.iter().zip(&t.strides).any(|(&n, &s)| n > 1 && s == 0) {
+            return Err(cx.err(format!(
+                "unsupported operation: more than one element of the written-to tensor (sizes {}, strides {}) \
+                 refers to a single memory location. Please clone() the tensor before performing the operation.",
+                shape::fmt(&t.sizes),
+                shape::fmt(&t.strides)
+            )));
+        }
+        let v = cx.f.convert(v, t.dtype);
+        let base = slot_new[t.slot].unwrap_or(slot_vals[t.slot]);
+        slot_new[t.slot] = Some(view::write(&mut cx.f, base, &t.layout, offsets[ti], &t.sizes, &t.strides, v));
+        Ok(())
+    };
+
+    let mut returns = Vec::new();
+    if schema.returns.len() == 1 && schema.returns[0] == "Tensor[]" {
+        let ids = outs.iter().map(|&v| new_output(cx, v, &mut outputs, &mut specs)).collect();
+        returns.push(Ret::List(ids));
+    } else if schema.returns.is_empty() {
+        // Ops returning nothing (`_foreach_add_`) give the new values of
+        // their mutated arguments, in order.
+        let mutated: Vec<usize> = (0..schema.args.len()).filter(|&i| schema.args[i].mutable).collect();
+        if outs.len() != mutated.len() {
+            return Err(Error::Internal(format!("{op}: lowering gave {} values for {} mutated arguments", outs.len(), mutated.len())));
+        }
+        for (&arg, &v) in mutated.iter().zip(&outs) {
+            write(cx, arg, v)?;
+        }
+    } else {
+        if outs.len() != schema.returns.len() {
+            return Err(Error::Internal(format!("{op}: lowering gave {} values for {} returns", outs.len(), schema.returns.len())));
+        }
+        for (r, &v) in outs.iter().enumerate() {
+            match schema.return_alias[r] {
+                Some(arg) if schema.args[arg].mutable => {
+                    write(cx, arg, v)?;
+                    returns.push(Ret::Alias(arg));
+                }
+                _ => returns.push(Ret::Tensor(new_output(cx, v, &mut outputs, &mut specs))),
+            }
+        }
+    }
+    for (slot, v) in slot_new.into_iter().enumerate() {
+        if let Some(v) = v {
+            outputs.push(v);
+            specs.push(Out::Write { slot });
+        }
+    }
+    Ok(Lowered { outputs, specs, returns })
+}
+
+/// The arguments as the lowering sees them: tensors become the values read
+/// from their views, runtime scalars become [`ScalarRef`]s.
+fn lowering_inputs(def: &OpDef, args: &[Arg], first_of_arg: &[usize], reads: &[V]) -> Vec<Input> {
+    args.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let first = first_of_arg[i];
+            match a {
+                Arg::Tensor => Input::Tensor(reads[first]),
+                Arg::Tensors(n) => Input::Tensors(reads[first..first + n].to_vec()),
+                Arg::OptTensors(present) => {
+                    let mut next = first;
+                    Input::OptTensors(
+                        present
+                            .iter()
+                            .map(|&p| {
+                                p.then(|| {
+                                    next += 1;
+                                    reads[next - 1]
+                                })
+                            })
+                            .collect(),
+                    )
+                }
+                Arg::Other(v) => match v {
+                    Value::Int(x) => Input::Int(*x),
+                    Value::Double(x) => Input::Float(*x),
+                    Value::Bool(x) => Input::Bool(*x),
+                    Value::Str(s) => Input::Str(s.clone()),
+                    Value::IntList(xs) => Input::Ints(xs.clone()),
+                    Value::DType(d) => Input::DType(*d),
+                    Value::Scalar(s) if def.static_scalars => Input::StaticScalar(*s),
+                    Value::Scalar(s) => Input::Scalar(ScalarRef { index: i, kind: s.kind() }),
+                    _ => Input::None,
+                },
+            }
+        })
+        .collect()
+}
+
+/// Lowers a call as a program of its own: each storage is a rank-1 parameter.
+/// Returns the program text and the parameter plan.
+pub(crate) fn lower_program(def: &OpDef, bound: &[Value], flat: &Flat) -> Result<(String, Vec<ParamSrc>, Lowered)> {
+    let mut cx = Cx::new(def.name());
+    let slot_vals: Vec<V> = flat
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(s, st)| cx.param(Ty::new(st.dtype(), &[st.numel()]), ParamSrc::Storage(s)))
+        .collect();
+    let args: Vec<Arg> = bound.iter().map(Arg::of).collect();
+    let lowered = lower_call(&mut cx, def, &args, &flat.tensors, &flat.first_of_arg, &slot_vals)?;
+    let text = cx.f.finish(&lowered.outputs);
+    tracing::trace!(op = def.name(), program = %text, "lowered");
+    Ok((text, cx.plan().to_vec(), lowered))
+}

@@ -1,0 +1,426 @@
+//! `DEFER_AND_FUSE`: recording op calls into the device's pending graph and
+//! flushing it as one program.
+//!
+//! Recording an op infers its results (once per signature, without
+//! compiling), appends a [`Node`] and returns tensors whose storages hold
+//! *pending* values. A flush (host read, synchronize, explicit, the size
+//! limit, or the fusion policy) canonicalizes the graph, lowers every live
+//! node into one function whose outputs are only the values a live storage
+//! still holds, looks the program up in the two-tier cache, runs it, and
+//! rebinds the storages to the results.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::call::{lower_call, lower_program, Arg, Flat, Out, Ret, TensorDesc};
+use super::{Runtime, Stats};
+use crate::cache::{CacheKey, GraphSummary, NodeSummary, Tier};
+use crate::error::{Error, Result};
+use crate::graph::policy::{Decision, OpInfo};
+use crate::graph::{hash_of, FlushReason, Node, Recording, Src};
+use crate::hlo::{Elem, Ty, V};
+use crate::ops::{registry, Cx, OpDef, ParamSrc};
+use crate::pjrt::{Buffer, CompileOptions};
+use crate::shape;
+use crate::storage::{Storage, StorageValue};
+use crate::tensor::{Scalar, Tensor, Value};
+
+/// What recording a signature needs, inferred once by lowering it alone.
+pub(crate) struct Inferred {
+    pub args: Vec<Arg>,
+    pub tensors: Vec<TensorDesc>,
+    pub first_of_arg: Vec<usize>,
+    pub specs: Vec<Out>,
+    pub returns: Vec<Ret>,
+    pub rng_params: usize,
+    pub signature_hash: u64,
+}
+
+/// Signatures seen in fused mode, by key; nodes refer to them by index.
+#[derive(Default)]
+pub(crate) struct InferTable {
+    by_key: rustc_hash::FxHashMap<String, u32>,
+    list: Vec<Arc<Inferred>>,
+}
+
+/// What the last flush did, for statistics and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushInfo {
+    pub reason: FlushReason,
+    pub device: usize,
+    /// Ops recorded since the previous flush.
+    pub recorded: usize,
+    /// Ops in the program after merging duplicates and dropping dead ones.
+    pub lowered: usize,
+    /// Values the program returns (live storages).
+    pub outputs: usize,
+    /// Where the executable came from (None when nothing was live).
+    pub tier: Option<&'static str>,
+}
+
+/// One program argument of a flushed graph, fixed when its op was recorded.
+enum FusedArg {
+    Buffer(u32),
+    Scalar(Elem, Scalar),
+    Rng([u64; 2]),
+}
+
+impl Runtime {
+    fn inferred(&self, id: usize, def: &OpDef, bound: &[Value], flat: &Flat, key: &str) -> Result<(u32, Arc<Inferred>)> {
+        {
+            let t = self.infers.lock();
+            if let Some(&i) = t.by_key.get(key) {
+                return Ok((i, t.list[i as usize].clone()));
+            }
+        }
+        let (_text, plan, lowered) = lower_program(def, bound, flat)?;
+        let inf = Arc::new(Inferred {
+            args: bound.iter().map(Arg::of).collect(),
+            tensors: flat.tensors.clone(),
+            first_of_arg: flat.first_of_arg.clone(),
+            specs: lowered.specs,
+            returns: lowered.returns,
+            rng_params: plan.iter().filter(|p| matches!(p, ParamSrc::Rng)).count(),
+            signature_hash: hash_of(&(id, key)),
+        });
+        let mut t = self.infers.lock();
+        let i = t.list.len() as u32;
+        t.list.push(inf.clone());
+        t.by_key.insert(key.to_string(), i);
+        Ok((i, inf))
+    }
+
+    /// Records a call into the device's pending graph.
+    pub(super) fn record(
+        self: &Arc<Self>,
+        id: usize,
+        def: &OpDef,
+        bound: &[Value],
+        flat: &Flat,
+        device: usize,
+        key: &str,
+    ) -> Result<Vec<Value>> {
+        let op = def.name();
+        // Values pending in another device's graph are computed first.
+        for s in &flat.slots {
+            if let StorageValue::Pending { .. } = s.value() {
+                if s.device() != device {
+                    self.materialize(s, op, FlushReason::CrossDevice)?;
+                }
+            }
+        }
+        let (infer, inf) = self.inferred(id, def, bound, flat, key)?;
+        let policy = self.fusion.lock().policy.clone();
+        let max_ops = self.fusion.lock().max_ops;
+
+        let mut rec = self.recordings[device].lock();
+        let mut srcs = Vec::with_capacity(flat.slots.len());
+        for s in &flat.slots {
+            srcs.push(match s.value() {
+                StorageValue::Buffer(b) => {
+                    let b = if b.device() == device { b } else { Arc::new(b.copy_to_device(device).map_err(|e| e.in_op(op))?) };
+                    Src::Param(rec.param(&b, s.dtype(), s.numel()))
+                }
+                StorageValue::Pending { recording, node, out } if recording == rec.id => Src::Node { node, out },
+                StorageValue::Pending { .. } => {
+                    return Err(Error::Internal(format!("{op}: input pending in a recording that was already flushed")))
+                }
+            });
+        }
+        let mut hash = inf.signature_hash;
+        for &s in &srcs {
+            hash = hash_of(&(hash, rec.src_hash(s)));
+        }
+        let offsets: Vec<i64> = flat.tensors.iter().map(|t| t.offset).collect();
+        let scalars: Vec<(u32, Scalar)> = if def.static_scalars {
+            Vec::new()
+        } else {
+            bound.iter().enumerate().filter_map(|(i, v)| if let Value::Scalar(s) = v { Some((i as u32, *s)) } else { None }).collect()
+        };
+        let rng: Vec<[u64; 2]> = (0..inf.rng_params).map(|_| self.generators[device].lock().next_state()).collect();
+        let node = Node {
+            op: id as u32,
+            key: rec.alloc_str(key),
+            hash,
+            slots: rec.alloc(&srcs),
+            offsets: rec.alloc(&offsets),
+            infer,
+            scalars: rec.alloc(&scalars),
+            rng: rec.alloc(&rng),
+            outputs: inf.specs.len() as u32,
+        };
+        let ni = rec.push(node);
+        let rid = rec.id;
+
+        let mut results: Vec<Option<Tensor>> = Vec::with_capacity(inf.specs.len());
+        let mut bytes = 0u64;
+        for (i, spec) in inf.specs.iter().enumerate() {
+            let pending = StorageValue::Pending { recording: rid, node: ni, out: i as u32 };
+            results.push(match spec {
+                Out::New { sizes, dtype } => {
+                    let numel = shape::numel(sizes);
+                    bytes += (numel as usize * dtype.size()) as u64;
+                    let storage = Storage::new(device, *dtype, numel, pending);
+                    rec.storages.push(Arc::downgrade(&storage));
+                    Some(Tensor::from_storage(storage, sizes))
+                }
+                Out::Write { slot } => {
+                    let s = &flat.slots[*slot];
+                    bytes += s.nbytes() as u64;
+                    s.set(pending);
+                    rec.storages.push(Arc::downgrade(s));
+                    None
+                }
+            });
+        }
+        rec.bytes += bytes;
+        rec.ops.push(OpInfo { name: registry().get(id).name(), signature: inf.signature_hash, bytes });
+        Stats::bump(&self.stats.recorded_ops);
+
+        let flush = if rec.len() >= max_ops {
+            Some(FlushReason::GraphSizeLimit)
+        } else if policy.after_record(&rec.view()) == Decision::Flush {
+            Some(FlushReason::Policy)
+        } else {
+            None
+        };
+        drop(rec);
+        let values = build_returns(op, &inf.returns, &results, bound)?;
+        if let Some(reason) = flush {
+            self.flush_device(device, reason)?;
+        }
+        Ok(values)
+    }
+
+    /// Flushes the pending graph of every device.
+    pub fn flush(self: &Arc<Self>, reason: FlushReason) -> Result<()> {
+        let mut first = None;
+        for d in 0..self.device_count() {
+            if let Err(e) = self.flush_device(d, reason) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Flushes one device's pending graph (a no-op when it is empty).
+    pub fn flush_device(self: &Arc<Self>, device: usize, reason: FlushReason) -> Result<()> {
+        // The lock is held for the whole flush, so a value pending in this
+        // recording is either still pending here or computed when a waiter
+        // gets the lock.
+        let mut guard = self.recordings[device].lock();
+        if guard.is_empty() {
+            return Ok(());
+        }
+        let next = self.next_recording.fetch_add(1, Ordering::Relaxed);
+        let rec = std::mem::replace(&mut *guard, Recording::new(next, device));
+        let policy = self.fusion.lock().policy.clone();
+        policy.flushed(&rec.view());
+        let _span = tracing::debug_span!("flush", reason = reason.name(), ops = rec.len(), device).entered();
+        let result = self.run_recording(&rec, reason);
+        if let Err(e) = &result {
+            self.failed.lock().insert(rec.id, e.to_string());
+        }
+        result
+    }
+
+    /// The buffer of a storage, flushing its pending graph if needed.
+    pub(crate) fn materialize(self: &Arc<Self>, storage: &Storage, op: &str, reason: FlushReason) -> Result<Arc<Buffer>> {
+        loop {
+            match storage.value() {
+                StorageValue::Buffer(b) => return Ok(b),
+                StorageValue::Pending { recording, .. } => {
+                    let device = storage.device();
+                    if self.recordings[device].lock().id == recording {
+                        self.flush_device(device, reason)?;
+                        continue;
+                    }
+                    if let Some(msg) = self.failed.lock().get(&recording) {
+                        return Err(Error::op(
+                            op,
+                            format!("this tensor was never computed: the fused program that computes it failed: {msg}"),
+                        ));
+                    }
+                    // Another thread is flushing that recording: wait for it.
+                    drop(self.recordings[device].lock());
+                }
+            }
+        }
+    }
+
+    fn run_recording(&self, rec: &Recording, reason: FlushReason) -> Result<()> {
+        let device = rec.device;
+        // The live outputs: pending values some storage still holds.
+        let mut wanted: Vec<(u32, u32, Arc<Storage>)> = Vec::new();
+        for w in &rec.storages {
+            if let Some(s) = w.upgrade() {
+                if let StorageValue::Pending { recording, node, out } = s.value() {
+                    if recording == rec.id && !wanted.iter().any(|(_, _, t)| Arc::ptr_eq(t, &s)) {
+                        wanted.push((node, out, s));
+                    }
+                }
+            }
+        }
+        Stats::bump(&self.stats.flushes[reason as usize]);
+        let mut info =
+            FlushInfo { reason, device, recorded: rec.len(), lowered: 0, outputs: 0, tier: None };
+        if wanted.is_empty() {
+            *self.last_flush.lock() = Some(info);
+            return Ok(());
+        }
+        let pairs: Vec<(u32, u32)> = wanted.iter().map(|(n, o, _)| (*n, *o)).collect();
+        let canon = rec.canonicalize(&pairs);
+        let reg = registry();
+        let infers: Vec<Arc<Inferred>> = {
+            let t = self.infers.lock();
+            rec.nodes().iter().map(|n| t.list[n.infer as usize].clone()).collect()
+        };
+
+        // Lower the live nodes, in canonical order, into one function.
+        let mut cx = Cx::new("fused graph");
+        let mut param_vals: Vec<Option<V>> = vec![None; rec.params.len()];
+        let mut node_vals: Vec<Vec<V>> = vec![Vec::new(); rec.len()];
+        let mut args: Vec<FusedArg> = Vec::new();
+        let mut summary = GraphSummary::default();
+        for &i in &canon.order {
+            let node = &rec.nodes()[i as usize];
+            let inf = &infers[i as usize];
+            let def = reg.get(node.op as usize);
+            let plan_start = cx.plan().len();
+            let mut slot_vals = Vec::with_capacity(node.slots.len());
+            for &s in node.slots {
+                slot_vals.push(match canon.src(s) {
+                    Src::Param(p) => *param_vals[p as usize].get_or_insert_with(|| {
+                        let prm = &rec.params[p as usize];
+                        cx.param(Ty::new(prm.dtype, &[prm.numel]), ParamSrc::Storage(p as usize))
+                    }),
+                    Src::Node { node: n, out } => node_vals[n as usize][out as usize],
+                });
+            }
+            let mut tensors = inf.tensors.clone();
+            for (t, &off) in tensors.iter_mut().zip(node.offsets) {
+                t.offset = off;
+            }
+            cx.reset_scalars();
+            let lowered = lower_call(&mut cx, def, &inf.args, &tensors, &inf.first_of_arg, &slot_vals)?;
+            node_vals[i as usize] = lowered.outputs;
+            let mut rng = node.rng.iter();
+            for src in &cx.plan()[plan_start..] {
+                args.push(match src {
+                    ParamSrc::Storage(p) => FusedArg::Buffer(*p as u32),
+                    ParamSrc::Offset(t) => FusedArg::Scalar(Elem::I64, Scalar::Int(node.offsets[*t])),
+                    ParamSrc::Scalar { arg, elem } => {
+                        let v = node.scalars.iter().find(|(a, _)| *a as usize == *arg).map(|(_, v)| *v).ok_or_else(|| {
+                            Error::Internal(format!("{}: scalar argument {arg} was not recorded", def.name()))
+                        })?;
+                        FusedArg::Scalar(*elem, v)
+                    }
+                    ParamSrc::Rng => FusedArg::Rng(*rng.next().ok_or_else(|| {
+                        Error::Internal(format!("{}: more random draws than recorded", def.name()))
+                    })?),
+                });
+            }
+            summary.nodes.push(NodeSummary {
+                op: def.name().to_string(),
+                inputs: tensors.iter().map(|t| (t.dtype, t.sizes.to_vec())).collect(),
+                attrs: attrs_of(&inf.args),
+            });
+        }
+
+        // Outputs in canonical order; storages that share a value share it.
+        let mut order: Vec<(u32, u32)> = canon.outputs.clone();
+        order.sort_by_key(|&(n, o)| (canon.position[n as usize], o));
+        order.dedup();
+        let out_vals: Vec<V> = order.iter().map(|&(n, o)| node_vals[n as usize][o as usize]).collect();
+        for &v in &out_vals {
+            summary.outputs.push((cx.dtype(v), cx.dims(v)));
+        }
+        let text = cx.f.finish(&out_vals);
+        tracing::trace!(program = %text, "fused program");
+
+        let options = CompileOptions::Portable;
+        let key = CacheKey::new(&text, &options.encode(), &self.plugin_identity());
+        let what = format!("fused graph ({} ops)", canon.order.len());
+        let (exe, tier) = self.programs.get_or_compile(&self.client, &key, &summary, || {
+            let start = Instant::now();
+            let exe = self.client.compile(&what, &text, &options);
+            self.stats.compile_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Stats::bump(&self.stats.compiles);
+            exe
+        })?;
+
+        let mut bufs: Vec<Arc<Buffer>> = Vec::with_capacity(args.len());
+        for a in &args {
+            bufs.push(match a {
+                FusedArg::Buffer(p) => rec.params[*p as usize].buffer.clone(),
+                FusedArg::Scalar(elem, v) => self.scalar_buffer(device, *elem, *v)?,
+                FusedArg::Rng(state) => {
+                    let bytes: Vec<u8> = state.iter().flat_map(|w| w.to_le_bytes()).collect();
+                    Arc::new(self.client.buffer_from_host(&bytes, Elem::U64.element_type(), &[2], device)?)
+                }
+            });
+        }
+        let refs: Vec<&Buffer> = bufs.iter().map(|b| &**b).collect();
+        let (outs, event) = exe.execute(&refs, device).map_err(|e| e.in_op(&what))?;
+        Stats::bump(&self.stats.executions);
+        Stats::bump(&self.stats.fused_programs);
+        self.track(event);
+
+        let outs: Vec<Arc<Buffer>> = outs.into_iter().map(Arc::new).collect();
+        for (node, out, storage) in &wanted {
+            let rep = (canon.rep[*node as usize], *out);
+            let k = order.iter().position(|&p| p == rep).expect("every wanted value is an output");
+            storage.resolve(rec.id, *node, *out, StorageValue::Buffer(outs[k].clone()));
+        }
+        info.lowered = canon.order.len();
+        info.outputs = order.len();
+        info.tier = Some(match tier {
+            Tier::Memory => "memory",
+            Tier::Disk => "disk",
+            Tier::Compiled => "compiled",
+        });
+        *self.last_flush.lock() = Some(info);
+        Ok(())
+    }
+
+    /// Platform and version of the plugin, for cache keys.
+    pub(crate) fn plugin_identity(&self) -> String {
+        format!(
+            "{} {} pjrt-api {:?} torchtpu {}",
+            self.platform_name(),
+            self.platform_version(),
+            self.client.api().version(),
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+}
+
+/// The non-tensor arguments, as explanations print them.
+fn attrs_of(args: &[Arg]) -> String {
+    let parts: Vec<String> = args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Other(Value::Scalar(s)) => Some(format!("Scalar<{:?}>", s.kind())),
+            Arg::Other(Value::None) => None,
+            Arg::Other(v) => Some(format!("{v:?}")),
+            _ => None,
+        })
+        .collect();
+    parts.join(", ")
+}
+
+/// The values a call returns, from its results and its arguments.
+pub(crate) fn build_returns(op: &str, returns: &[Ret], results: &[Option<Tensor>], bound: &[Value]) -> Result<Vec<Value>> {
+    let take = |i: usize| results[i].clone().ok_or_else(|| Error::Internal(format!("{op}: output {i} is a write")));
+    returns
+        .iter()
+        .map(|r| {
+            Ok(match r {
+                Ret::Tensor(i) => Value::Tensor(take(*i)?),
+                Ret::Alias(arg) => bound[*arg].clone(),
+                Ret::List(ids) => Value::TensorList(ids.iter().map(|&i| take(i)).collect::<Result<_>>()?),
+            })
+        })
+        .collect()
+}
