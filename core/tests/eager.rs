@@ -103,3 +103,20 @@ fn tensors_on_different_devices_are_rejected_except_by_copies() {
     let c = rt.call1("aten::add.Tensor", &[(&moved).into(), (&b).into()]).unwrap();
     assert_eq!(host_f32(&rt, &c), vec![3.0]);
 }
+
+#[test]
+fn reset_peak_memory_restarts_from_live_bytes() {
+    let rt = rt();
+    let (live0, _) = rt.memory(0).unwrap();
+    let t = f32s(&rt, &[0.0; 1000], &[1000]);
+    drop(t);
+    let (live, peak) = rt.memory(0).unwrap();
+    assert_eq!(live, live0, "the dropped tensor's buffer is released");
+    assert!(peak >= live0 + 4000, "peak {peak} must include the 4000-byte tensor (live before: {live0})");
+    rt.reset_peak_memory(0).unwrap();
+    assert_eq!(rt.memory(0).unwrap(), (live0, live0));
+    let u = f32s(&rt, &[0.0; 10], &[10]);
+    assert_eq!(rt.memory(0).unwrap(), (live0 + 40, live0 + 40));
+    drop(u);
+    assert_eq!(rt.reset_peak_memory(99).unwrap_err().code(), Code::OutOfRange);
+}

@@ -151,6 +151,14 @@ impl Runtime {
         Ok((m.live(), m.peak()))
     }
 
+    /// Restarts peak tracking on `device` from its current live bytes, so the
+    /// peak that [`Runtime::memory`] reports next covers only what ran since.
+    pub fn reset_peak_memory(&self, device: usize) -> Result<()> {
+        let d = self.device(device as i64)?;
+        self.client.memory(d).reset_peak();
+        Ok(())
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         let mut s = self.stats.snapshot();
         s.cached_programs = self.cache.lock().len() as u64;
