@@ -43,10 +43,10 @@ const LR: f64 = 0.01;
 /// The child-process flag of the startup measurement.
 const CHILD_FLAG: &str = "--first-result-only";
 
-const MLP: MlpSizes = MlpSizes { batch: 256, dims: [784, 1024, 1024, 1024, 10] };
+const MLP: MlpSizes = MlpSizes { batch: 16384, dims: [64, 64, 64, 64, 10] };
 /// Small enough for finite differences on the host.
 const MLP_TINY: MlpSizes = MlpSizes { batch: 4, dims: [6, 5, 4, 4, 3] };
-const BLOCK: BlockSizes = BlockSizes { batch: 8, seq: 256, dim: 256, heads: 4, hidden: 1024 };
+const BLOCK: BlockSizes = BlockSizes { batch: 16, seq: 256, dim: 128, heads: 4, hidden: 512 };
 const BLOCK_TINY: BlockSizes = BlockSizes { batch: 2, seq: 5, dim: 8, heads: 2, hidden: 16 };
 
 // ------------------------------------------------------------------ data
@@ -350,7 +350,7 @@ struct BlockSizes {
 struct Block {
     rt: Arc<Runtime>,
     sizes: BlockSizes,
-    x: Tensor,
+    x: std::cell::RefCell<Tensor>,
     norm1: (Tensor, Tensor),
     norm2: (Tensor, Tensor),
     q: (Tensor, Tensor),
@@ -378,7 +378,7 @@ impl Block {
         Ok(Block {
             rt: rt.clone(),
             sizes,
-            x: random(rt, &[sizes.batch, sizes.seq, d], seed + 100, 1.0)?,
+            x: std::cell::RefCell::new(random(rt, &[sizes.batch, sizes.seq, d], seed + 100, 1.0)?),
             norm1: (ones.clone(), zeros.clone()),
             norm2: (ones, zeros),
             q,
@@ -390,6 +390,15 @@ impl Block {
         })
     }
 
+    /// One benchmark step: the block applied to the previous step's output,
+    /// so that steps depend on each other like the layers of a model (equal
+    /// independent forwards would be merged by fused mode's value numbering).
+    fn step(&self) -> Result<Tensor> {
+        let y = self.forward()?;
+        *self.x.borrow_mut() = y.clone();
+        Ok(y)
+    }
+
     fn forward(&self) -> Result<Tensor> {
         let ops = Ops(&self.rt);
         let BlockSizes { batch, seq, dim, heads, .. } = self.sizes;
@@ -399,14 +408,15 @@ impl Block {
         // [B, T, D] -> [B, T, H, Dh]
         let split = |x: &Tensor| ops.view(x, &[b, t, nh, dh]);
 
-        let h = ops.layer_norm(&self.x, &self.norm1)?;
+        let x = self.x.borrow().clone();
+        let h = ops.layer_norm(&x, &self.norm1)?;
         let q = ops.transpose(&split(&lin(&h, &self.q)?)?, 1, 2)?; // [B, H, T, Dh]
         let k_t = ops.permute(&split(&lin(&h, &self.k)?)?, &[0, 2, 3, 1])?; // [B, H, Dh, T]
         let v = ops.transpose(&split(&lin(&h, &self.v)?)?, 1, 2)?; // [B, H, T, Dh]
         let scores = ops.mul_scalar(&ops.matmul(&q, &k_t)?, 1.0 / (dh as f64).sqrt())?;
         let attn = ops.matmul(&ops.softmax(&scores, -1)?, &v)?; // [B, H, T, Dh]
         let merged = ops.reshape(&ops.transpose(&attn, 1, 2)?, &[b, t, d])?;
-        let x1 = ops.add(&self.x, &lin(&merged, &self.out)?)?;
+        let x1 = ops.add(&x, &lin(&merged, &self.out)?)?;
 
         let h2 = ops.layer_norm(&x1, &self.norm2)?;
         let mlp = lin(&ops.gelu(&lin(&h2, &self.up)?)?, &self.down)?;
@@ -456,20 +466,21 @@ struct Timing {
 fn measure<const N: usize>(
     rt: &Arc<Runtime>,
     modes: [ExecMode; N],
-    step: &dyn Fn() -> Result<()>,
+    step: &dyn Fn() -> Result<Tensor>,
 ) -> [std::result::Result<Timing, String>; N] {
     let round = || -> Result<Round> {
         let compiles = rt.stats().compiles;
         rt.reset_peak_memory(0)?;
         let start = Instant::now();
-        for _ in 0..STEPS_PER_ROUND {
-            step()?;
-        }
+        // Each step's result is kept until the round's sync, as a caller
+        // that reads it would (fused mode never computes dead values).
+        let results = (0..STEPS_PER_ROUND).map(|_| step()).collect::<Result<Vec<Tensor>>>()?;
         rt.synchronize()?;
+        drop(results);
         let secs_per_step = start.elapsed().as_secs_f64() / STEPS_PER_ROUND as f64;
         Ok(Round { secs_per_step, peak_bytes: rt.memory(0)?.1, compiles: rt.stats().compiles - compiles })
     };
-    rt.clear_cache();
+    rt.clear_cache().expect("clear the caches");
     let mut rounds = modes.map(|m| in_mode(m, || (0..WARMUP_ROUNDS).map(|_| round()).collect::<Result<Vec<Round>>>()));
     for _ in 0..ROUNDS {
         for (&mode, done) in modes.iter().zip(&mut rounds) {
@@ -522,7 +533,7 @@ struct Row {
 }
 
 /// Measures `step` in both modes.
-fn row(rt: &Arc<Runtime>, workload: &str, step: &dyn Fn() -> Result<()>) -> Row {
+fn row(rt: &Arc<Runtime>, workload: &str, step: &dyn Fn() -> Result<Tensor>) -> Row {
     let resident_bytes = rt.memory(0).expect("device 0").0;
     let [strict, fused] = measure(rt, [ExecMode::DeferNever, ExecMode::DeferAndFuse], step);
     Row { workload: workload.to_string(), resident_bytes, strict, fused }
@@ -665,11 +676,11 @@ fn main() {
     let mut rows = Vec::new();
     {
         let mlp = Mlp::new(&rt, &MlpInit::new(MLP, 1)).expect("mlp");
-        rows.push(row(&rt, "mlp train step", &|| mlp.step(LR).map(drop)));
+        rows.push(row(&rt, "mlp train step", &|| mlp.step(LR)));
     }
     {
         let block = Block::new(&rt, BLOCK, 1).expect("block");
-        rows.push(row(&rt, "transformer fwd", &|| block.forward().map(drop)));
+        rows.push(row(&rt, "transformer fwd", &|| block.step()));
     }
     // The same checks at the benchmark sizes; every program is cached by now.
     let full_mlp = || Mlp::new(&rt, &MlpInit::new(MLP, 2))?.step_results(LR);
