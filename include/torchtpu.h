@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+// Number of flush reasons (the length of `ttpu_fusion_stats_t.flushes`).
+#define TTPU_FLUSH_REASON_COUNT 8
+
 // Major version of the C ABI: changes only on incompatible changes.
 #define TTPU_API_MAJOR 1
 
@@ -60,6 +63,25 @@ enum ttpu_dtype
 };
 #ifndef __cplusplus
 typedef int32_t ttpu_dtype;
+#endif // __cplusplus
+
+// Why a pending graph was flushed.
+enum ttpu_flush_reason
+#ifdef __cplusplus
+  : int32_t
+#endif // __cplusplus
+ {
+  TTPU_FLUSH_REASON_HOST_READ = 0,
+  TTPU_FLUSH_REASON_SYNCHRONIZE = 1,
+  TTPU_FLUSH_REASON_EXPLICIT = 2,
+  TTPU_FLUSH_REASON_COLLECTIVE = 3,
+  TTPU_FLUSH_REASON_GRAPH_SIZE_LIMIT = 4,
+  TTPU_FLUSH_REASON_POLICY = 5,
+  TTPU_FLUSH_REASON_STRICT_OP = 6,
+  TTPU_FLUSH_REASON_CROSS_DEVICE = 7,
+};
+#ifndef __cplusplus
+typedef int32_t ttpu_flush_reason;
 #endif // __cplusplus
 
 // Execution modes (names follow TorchTPU).
@@ -131,6 +153,44 @@ typedef struct ttpu_runtime_t ttpu_runtime_t;
 // A tensor handle. Owned by the caller; free with `ttpu_tensor_destroy`.
 typedef struct ttpu_tensor_t ttpu_tensor_t;
 
+// Fused-mode counters. Set `struct_size` before calling.
+typedef struct ttpu_fusion_stats_t {
+  size_t struct_size;
+  // Ops recorded into pending graphs.
+  uint64_t recorded_ops;
+  // Fused programs executed.
+  uint64_t fused_programs;
+  // Flushes by `ttpu_flush_reason`.
+  uint64_t flushes[TTPU_FLUSH_REASON_COUNT];
+  // Program cache: hits in memory, hits on disk, misses.
+  uint64_t memory_hits;
+  uint64_t disk_hits;
+  uint64_t misses;
+  // Programs compiled by the cache, and the time spent.
+  uint64_t compiles;
+  uint64_t compile_ns;
+  // Cache files found corrupted (each reported once, deleted, recompiled).
+  uint64_t corrupt_files;
+  uint64_t evictions;
+} ttpu_fusion_stats_t;
+
+// What the last flush did.
+typedef struct ttpu_flush_info_t {
+  size_t struct_size;
+  // A `ttpu_flush_reason`.
+  int32_t reason;
+  int64_t device;
+  // Ops recorded since the previous flush.
+  uint64_t recorded;
+  // Ops in the program after merging duplicates and dropping dead ones.
+  uint64_t lowered;
+  // Values the program returned (live tensors).
+  uint64_t outputs;
+  // Where the executable came from: 0 nothing ran (no live value), 1 the
+  // memory cache, 2 the disk cache, 3 compiled.
+  int32_t source;
+} ttpu_flush_info_t;
+
 // One argument or result of `ttpu_op_call`, tagged by `kind`.
 typedef struct ttpu_value_t {
   // A `ttpu_value_kind` value.
@@ -185,6 +245,52 @@ const char *ttpu_error_message(const struct ttpu_error_t *error);
 
 // Frees an error. `ttpu_error_destroy(NULL)` is a no-op.
 void ttpu_error_destroy(struct ttpu_error_t *error);
+
+// The name of a flush reason ("host_read", ...), static storage; NULL for
+// an unknown value.
+const char *ttpu_flush_reason_name(int32_t reason);
+
+// Flushes the pending graph of every device (reason EXPLICIT). Returns the
+// error of a flush that failed (its values are then lost: reading them
+// reports the same error).
+struct ttpu_error_t *ttpu_runtime_flush(const struct ttpu_runtime_t *runtime);
+
+// Writes the number of ops pending in device `index`'s graph.
+struct ttpu_error_t *ttpu_runtime_pending_ops(const struct ttpu_runtime_t *runtime,
+                                              int64_t index,
+                                              size_t *out_count);
+
+// Selects the fusion policy by name: "fuse_all" (the default: fuse up to
+// the next flush trigger) or "loop_cut" (cut at the boundary of a repeated
+// loop body, so each training step runs one cached program).
+struct ttpu_error_t *ttpu_runtime_set_fusion_policy(const struct ttpu_runtime_t *runtime,
+                                                    const char *name);
+
+// Flushes a pending graph when it reaches `max_ops` ops (reason
+// GRAPH_SIZE_LIMIT). 0 is invalid.
+struct ttpu_error_t *ttpu_runtime_set_fusion_max_ops(const struct ttpu_runtime_t *runtime,
+                                                     size_t max_ops);
+
+// Turns the fused-program cache on or off (off: every flush compiles).
+struct ttpu_error_t *ttpu_runtime_set_cache_enabled(const struct ttpu_runtime_t *runtime,
+                                                    bool enabled);
+
+// Fills `*out_stats` (whose `struct_size` the caller sets).
+struct ttpu_error_t *ttpu_runtime_fusion_stats(const struct ttpu_runtime_t *runtime,
+                                               struct ttpu_fusion_stats_t *out_stats);
+
+// Fills `*out_info` with the last flush; NOT_FOUND if nothing was flushed yet.
+struct ttpu_error_t *ttpu_runtime_last_flush(const struct ttpu_runtime_t *runtime,
+                                             struct ttpu_flush_info_t *out_info);
+
+// Copies the explanation of the last cache miss ("nearest cached graph
+// differs at node 3 (aten::mm): input 0 shape [8, 32] vs [8, 16]") into
+// `buf` (NUL-terminated, truncated to `capacity`), and writes its full
+// length (without the NUL) to `*out_len`. NOT_FOUND if there was no miss.
+struct ttpu_error_t *ttpu_runtime_last_miss_explanation(const struct ttpu_runtime_t *runtime,
+                                                        char *buf,
+                                                        size_t capacity,
+                                                        size_t *out_len);
 
 // Calls the op `name` (e.g. "aten::add.Tensor") with `args[0..nargs]`
 // (positional; trailing defaults may be left out). Arguments are borrowed
@@ -268,7 +374,7 @@ struct ttpu_error_t *ttpu_runtime_synchronize(const struct ttpu_runtime_t *runti
 // Seeds every device's random generator (like `torch.manual_seed`).
 struct ttpu_error_t *ttpu_runtime_manual_seed(const struct ttpu_runtime_t *runtime, uint64_t seed);
 
-// Drops every cached executable.
+// Drops every cached executable, in memory and in the on-disk cache.
 struct ttpu_error_t *ttpu_runtime_clear_cache(const struct ttpu_runtime_t *runtime);
 
 // Fills `*out_stats` (whose `struct_size` the caller sets).

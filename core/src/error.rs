@@ -103,6 +103,10 @@ pub enum Error {
     #[error("{0}")]
     Unimplemented(String),
 
+    /// Something asked for does not exist (yet).
+    #[error("{0}")]
+    NotFound(String),
+
     /// A caller-provided buffer or a limit is too small.
     #[error("{0}")]
     ResourceExhausted(String),
@@ -128,6 +132,7 @@ impl Error {
             Error::DeviceOutOfRange { .. } => Code::OutOfRange,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
+            Error::NotFound(_) => Code::NotFound,
             Error::Internal(_) => Code::Internal,
             Error::InOp { source, .. } => source.code(),
         }

@@ -257,6 +257,55 @@ class Runtime:
         return {k: int(getattr(s, k)) for k in ("compiles", "compile_ns", "cache_hits", "cache_misses",
                                                 "executions", "view_ops", "cached_programs")}
 
+    # ----------------------------------------------------------- fusion
+
+    def flush(self) -> None:
+        """Flushes every device's pending DEFER_AND_FUSE graph."""
+        check(lib.ttpu_runtime_flush(self.handle))
+
+    def pending_ops(self, device: int = 0) -> int:
+        n = ffi.new("size_t*")
+        check(lib.ttpu_runtime_pending_ops(self.handle, device, n))
+        return int(n[0])
+
+    def set_fusion_policy(self, name: str) -> None:
+        """"fuse_all" (default) or "loop_cut"."""
+        check(lib.ttpu_runtime_set_fusion_policy(self.handle, name.encode()))
+
+    def set_fusion_max_ops(self, n: int) -> None:
+        check(lib.ttpu_runtime_set_fusion_max_ops(self.handle, n))
+
+    def set_cache_enabled(self, enabled: bool) -> None:
+        check(lib.ttpu_runtime_set_cache_enabled(self.handle, enabled))
+
+    def fusion_stats(self) -> dict[str, Any]:
+        s = ffi.new("ttpu_fusion_stats_t*")
+        s.struct_size = ffi.sizeof("ttpu_fusion_stats_t")
+        check(lib.ttpu_runtime_fusion_stats(self.handle, s))
+        out: dict[str, Any] = {k: int(getattr(s, k)) for k in (
+            "recorded_ops", "fused_programs", "memory_hits", "disk_hits", "misses", "compiles", "compile_ns",
+            "corrupt_files", "evictions")}
+        out["flushes"] = {ffi.string(lib.ttpu_flush_reason_name(i)).decode(): int(s.flushes[i])
+                          for i in range(len(s.flushes))}
+        return out
+
+    def last_flush(self) -> dict[str, Any]:
+        f = ffi.new("ttpu_flush_info_t*")
+        f.struct_size = ffi.sizeof("ttpu_flush_info_t")
+        check(lib.ttpu_runtime_last_flush(self.handle, f))
+        return {
+            "reason": ffi.string(lib.ttpu_flush_reason_name(f.reason)).decode(),
+            "device": int(f.device), "recorded": int(f.recorded), "lowered": int(f.lowered),
+            "outputs": int(f.outputs), "source": {0: None, 1: "memory", 2: "disk", 3: "compiled"}[f.source],
+        }
+
+    def last_miss_explanation(self) -> str:
+        n = ffi.new("size_t*")
+        check(lib.ttpu_runtime_last_miss_explanation(self.handle, ffi.NULL, 0, n))
+        buf = ffi.new("char[]", n[0] + 1)
+        check(lib.ttpu_runtime_last_miss_explanation(self.handle, buf, n[0] + 1, n))
+        return ffi.string(buf).decode()
+
     def call(self, name: str, *args: Any) -> list[Tensor | None]:
         """Calls an op by aten name. Returns the flattened results."""
         keep: list[Any] = []

@@ -43,6 +43,15 @@ pub trait FusionPolicy: Send + Sync {
     fn flushed(&self, _graph: &GraphView<'_>) {}
 }
 
+/// A built-in policy by name: `fuse_all` or `loop_cut`.
+pub fn builtin(name: &str) -> Option<std::sync::Arc<dyn FusionPolicy>> {
+    match name {
+        "fuse_all" => Some(std::sync::Arc::new(FuseAll)),
+        "loop_cut" => Some(std::sync::Arc::new(LoopCut::default())),
+        _ => None,
+    }
+}
+
 /// Fuses everything up to the next flush trigger.
 #[derive(Debug, Default)]
 pub struct FuseAll;

@@ -149,7 +149,8 @@ impl Runtime {
         let op = def.name();
         let mut slot_bufs = Vec::with_capacity(flat.slots.len());
         for s in &flat.slots {
-            let b = self.materialize(s, op, FlushReason::StrictOp)?;
+            let reason = if s.device() == device { FlushReason::StrictOp } else { FlushReason::CrossDevice };
+            let b = self.materialize(s, op, reason)?;
             slot_bufs.push(if b.device() == device { b } else { Arc::new(b.copy_to_device(device).map_err(|e| e.in_op(op))?) });
         }
         let mut args: Vec<Arc<Buffer>> = Vec::with_capacity(c.plan.len());
