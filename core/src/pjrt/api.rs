@@ -36,8 +36,24 @@ pub const HEADER_VERSION: (i32, i32) = (sys::PJRT_API_MAJOR as i32, sys::PJRT_AP
 
 impl Api {
     /// Opens `path`, resolves `GetPjrtApi`, checks the API version against our
-    /// header and initializes the plugin.
+    /// header and initializes the plugin. A plugin is loaded and initialized
+    /// once per process and never unloaded: XLA plugins start threads and
+    /// register static state that does not survive `dlclose` (unloading one
+    /// crashes the process at exit), and initializing twice is not allowed.
     pub fn load(path: &Path) -> Result<Arc<Api>> {
+        static LOADED: std::sync::OnceLock<parking_lot::Mutex<Vec<Arc<Api>>>> = std::sync::OnceLock::new();
+        let loaded = LOADED.get_or_init(Default::default);
+        let mut loaded = loaded.lock();
+        let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        if let Some(api) = loaded.iter().find(|a| a.path == key) {
+            return Ok(api.clone());
+        }
+        let api = Api::open(&key)?;
+        loaded.push(api.clone());
+        Ok(api)
+    }
+
+    fn open(path: &Path) -> Result<Arc<Api>> {
         let fail = |message: String| Error::PluginLoad { path: path.display().to_string(), message };
         let _span = tracing::info_span!("pjrt_load", path = %path.display()).entered();
         // SAFETY: loading a PJRT plugin runs its static initializers; that is
