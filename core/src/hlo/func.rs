@@ -217,6 +217,17 @@ impl Func {
 
     /// As [`Func::finish`], for a program compiled with `num_replicas` replicas.
     pub fn finish_with(&self, results: &[V], num_replicas: usize) -> String {
+        self.finish_full(results, num_replicas, &[])
+    }
+
+    /// As [`Func::finish`], donating parameters: `(param, k)` lets result `k`
+    /// reuse the parameter's buffer (`tf.aliasing_output`), which PJRT then
+    /// invalidates. Only for parameters nothing else will read again.
+    pub fn finish_donating(&self, results: &[V], donations: &[(V, usize)]) -> String {
+        self.finish_full(results, 1, donations)
+    }
+
+    fn finish_full(&self, results: &[V], num_replicas: usize, donations: &[(V, usize)]) -> String {
         let mut s = String::with_capacity(self.body.len() + 256);
         let _ = writeln!(
             s,
@@ -228,6 +239,9 @@ impl Func {
                 s.push_str(", ");
             }
             let _ = write!(s, "{}: {}", self.name(*p), self.ty(*p));
+            if let Some((_, k)) = donations.iter().find(|(v, _)| v == p) {
+                let _ = write!(s, " {{tf.aliasing_output = {k} : i32}}");
+            }
         }
         let _ = writeln!(s, ") -> ({}) {{", results.iter().map(|v| self.ty(*v).to_string()).collect::<Vec<_>>().join(", "));
         s.push_str(&self.body);

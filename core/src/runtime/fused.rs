@@ -336,7 +336,21 @@ impl Runtime {
         for &v in &out_vals {
             summary.outputs.push((cx.dtype(v), cx.dims(v)));
         }
-        let text = cx.f.finish(&out_vals);
+        // Donation: a parameter buffer that nothing but this recording holds
+        // any more (its storage was overwritten, e.g. by an in-place update)
+        // lends its memory to an output of the same type.
+        let mut donations: Vec<(V, usize)> = Vec::new();
+        for (p, v) in param_vals.iter().enumerate() {
+            let Some(v) = *v else { continue };
+            if Arc::strong_count(&rec.params[p].buffer) != 1 {
+                continue;
+            }
+            let ty = cx.ty(v).clone();
+            if let Some(k) = (0..out_vals.len()).find(|&k| *cx.ty(out_vals[k]) == ty && !donations.iter().any(|d| d.1 == k)) {
+                donations.push((v, k));
+            }
+        }
+        let text = cx.f.finish_donating(&out_vals, &donations);
         tracing::trace!(program = %text, "fused program");
 
         let options = CompileOptions::Portable;
