@@ -80,6 +80,8 @@ pub struct Buffer {
     raw: *mut sys::PJRT_Buffer,
     device: usize,
     bytes: usize,
+    /// Whether `bytes` still count as live memory (false once donated).
+    counted: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: PJRT buffers are thread-safe handles.
@@ -96,7 +98,7 @@ impl Buffer {
     /// Takes ownership of `raw`; `bytes` is its size, for memory accounting.
     pub(crate) fn from_raw(client: Arc<Client>, raw: *mut sys::PJRT_Buffer, device: usize, bytes: usize) -> Buffer {
         client.memory(device).add(bytes as i64);
-        Buffer { client, raw, device, bytes }
+        Buffer { client, raw, device, bytes, counted: std::sync::atomic::AtomicBool::new(true) }
     }
 
     pub fn device(&self) -> usize {
@@ -151,6 +153,27 @@ impl Buffer {
         Ok(Buffer::from_raw(self.client.clone(), a.dst_buffer, device, self.bytes))
     }
 
+    /// Whether PJRT deleted the buffer (it was donated to an execution).
+    pub fn is_deleted(&self) -> bool {
+        let api = self.client.api();
+        let mut a = args!(PJRT_Buffer_IsDeleted_Args);
+        a.buffer = self.raw;
+        api.call("PJRT_Buffer_IsDeleted", api.table().PJRT_Buffer_IsDeleted, &mut a).is_ok() && a.is_deleted
+    }
+
+    /// Marks the buffer as donated to an execution (its memory then belongs
+    /// to the output and stops counting as this buffer's), or undoes that.
+    pub fn set_donated(&self, donated: bool) {
+        if self.counted.swap(!donated, std::sync::atomic::Ordering::Relaxed) == donated {
+            let m = self.client.memory(self.device);
+            if donated {
+                m.sub(self.bytes as i64);
+            } else {
+                m.add(self.bytes as i64);
+            }
+        }
+    }
+
     /// The element type PJRT reports.
     pub fn element_type(&self) -> Option<ElementType> {
         let api = self.client.api();
@@ -172,7 +195,9 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        self.client.memory(self.device).sub(self.bytes as i64);
+        if *self.counted.get_mut() {
+            self.client.memory(self.device).sub(self.bytes as i64);
+        }
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_Destroy_Args);
         a.buffer = self.raw;

@@ -375,8 +375,23 @@ impl Runtime {
                 }
             });
         }
+        // A donated buffer's memory becomes the output's: stop counting it
+        // before the outputs are counted (recounted if PJRT declined).
+        let donated: Vec<&Arc<Buffer>> = param_vals
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.is_some_and(|v| donations.iter().any(|d| d.0 == v)))
+            .map(|(p, _)| &rec.params[p].buffer)
+            .collect();
+        donated.iter().for_each(|b| b.set_donated(true));
         let refs: Vec<&Buffer> = bufs.iter().map(|b| &**b).collect();
-        let (outs, event) = exe.execute(&refs, device).map_err(|e| e.in_op(&what))?;
+        let launched = exe.execute(&refs, device).map_err(|e| e.in_op(&what));
+        for b in &donated {
+            if launched.is_err() || !b.is_deleted() {
+                b.set_donated(false);
+            }
+        }
+        let (outs, event) = launched?;
         Stats::bump(&self.stats.executions);
         Stats::bump(&self.stats.fused_programs);
         self.track(event);
