@@ -691,10 +691,15 @@ impl ProgramCache {
                 }
             }
         }
-        let (known, seen_before, bound) = {
+        let (known, seen_before, damaged, bound) = {
             let st = self.state.lock();
-            (st.known.newest_first(key), st.known.map.contains_key(key) && !st.lru.contains(key), st.lru.bound)
+            let damaged = self.dir.as_deref().is_some_and(|d| st.reported_corrupt.contains(&entry_path(d, key)));
+            let seen_before = st.known.map.contains_key(key) && !st.lru.contains(key);
+            (st.known.newest_first(key), seen_before, damaged, st.lru.bound)
         };
+        if damaged {
+            return "this graph's program was on disk but its file was damaged (see the warning)".to_string();
+        }
         if seen_before {
             let disk = if self.dir.is_some() { "and its disk file is gone" } else { "and there is no disk tier" };
             return format!(

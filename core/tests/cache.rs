@@ -228,6 +228,10 @@ fn check_recovers(dir: &TempDir, c: i32, damage: impl FnOnce(&Path)) {
     let ((exe, tier), log) = capture_warnings(|| lookup(&cache, c, &calls));
     assert_eq!((tier, calls.get()), (Tier::Compiled, 1));
     assert_eq!(log.lines().count(), 1, "one warning: {log}");
+    assert_eq!(
+        cache.last_miss_explanation().as_deref(),
+        Some("this graph's program was on disk but its file was damaged (see the warning)")
+    );
     assert!(log.contains("WARN") && log.contains("corrupt") && log.contains(&key(c).hex()[..16]), "{log}");
     let (_, log) = capture_warnings(|| lookup(&cache, c, &calls));
     assert!(log.is_empty(), "{log}");
