@@ -82,6 +82,11 @@ pub enum Error {
     #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{program}")]
     Compile { what: String, message: String, program: String },
 
+    // --- host I/O ----------------------------------------------------------
+    /// A file operation failed (the compile cache directory, for example).
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+
     // --- user input --------------------------------------------------------
     #[error("unknown op '{name}'{hint}")]
     UnknownOp { name: String, hint: String },
@@ -126,6 +131,12 @@ impl Error {
             Error::PluginNotFound { .. } => Code::NotFound,
             Error::PluginLoad { .. } => Code::FailedPrecondition,
             Error::Compile { .. } => Code::Internal,
+            Error::Io { source, .. } => match source.kind() {
+                std::io::ErrorKind::NotFound => Code::NotFound,
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => Code::PermissionDenied,
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => Code::ResourceExhausted,
+                _ => Code::Unavailable,
+            },
             Error::UnknownOp { .. } => Code::NotFound,
             Error::Op { .. } | Error::InvalidArgument(_) => Code::InvalidArgument,
             Error::UnsupportedDType { .. } => Code::Unimplemented,
