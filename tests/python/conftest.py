@@ -1,13 +1,15 @@
 """The conformance harness: drives libtorchtpu only through its C ABI (cffi
 over the committed header) and compares against PyTorch on CPU.
 
-Every test runs once per execution mode (strict eager and debug) through the
-autouse ``mode`` fixture, so one body covers both.
+Every test runs once per execution mode (strict eager, debug and fused)
+through the autouse ``mode`` fixture, so one body covers all three.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
+# The fused-program disk cache of the tests is their own (and starts empty).
+os.environ.setdefault("TORCHTPU_CACHE_DIR", tempfile.mkdtemp(prefix="torchtpu-test-cache-"))
 
 import torchtpu  # noqa: E402
 from torchtpu.runtime import DTYPE_NAMES, DType, Runtime, Tensor, thread_mode  # noqa: E402
