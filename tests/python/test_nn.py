@@ -364,8 +364,11 @@ def test_nll_loss(rt, reduction, weighted, dtype):
     for ignore in [-100, 2]:
         got = call(rt, "aten::nll_loss_forward", x, t, w, reduction, ignore)
         want = A.nll_loss_forward(x, t, w, reduction, ignore)
+        # PyTorch sums half-precision losses in its own order; results may
+        # differ by a couple of ulps (2**-9 relative for f16).
+        tol = {"atol": 4e-3, "rtol": 4e-3} if dtype == torch.float16 else tol_for(dtype, 1e-5)
         for g, e in zip(got, want):
-            check(g, e, **tol_for(dtype, 1e-5))
+            check(g, e, **tol)
 
 
 @pytest.mark.parametrize("reduction", [0, 1, 2])
