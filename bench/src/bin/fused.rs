@@ -43,10 +43,15 @@ const LR: f64 = 0.01;
 /// The child-process flag of the startup measurement.
 const CHILD_FLAG: &str = "--first-result-only";
 
-const MLP: MlpSizes = MlpSizes { batch: 16384, dims: [64, 64, 64, 64, 10] };
+/// Narrow and long: memory traffic and per-op work dominate, which is what
+/// fusion removes.
+const MLP: MlpSizes = MlpSizes { batch: 65536, dims: [32, 32, 32, 32, 10] };
+/// Wide: the step is bound by the matrix products (the same in both modes),
+/// shown for contrast.
+const MLP_WIDE: MlpSizes = MlpSizes { batch: 256, dims: [784, 1024, 1024, 1024, 10] };
 /// Small enough for finite differences on the host.
 const MLP_TINY: MlpSizes = MlpSizes { batch: 4, dims: [6, 5, 4, 4, 3] };
-const BLOCK: BlockSizes = BlockSizes { batch: 16, seq: 256, dim: 128, heads: 4, hidden: 512 };
+const BLOCK: BlockSizes = BlockSizes { batch: 32, seq: 256, dim: 64, heads: 2, hidden: 256 };
 const BLOCK_TINY: BlockSizes = BlockSizes { batch: 2, seq: 5, dim: 8, heads: 2, hidden: 16 };
 
 // ------------------------------------------------------------------ data
@@ -653,11 +658,12 @@ fn main() {
         "median of {ROUNDS} rounds x {STEPS_PER_ROUND} steps (synchronize per round, rounds of the two modes interleaved), \
          after {WARMUP_ROUNDS} warm-up rounds per mode"
     );
-    let m = MLP;
-    println!(
-        "mlp:   batch {}, layers {} -> {} -> {} -> {} -> {} (ReLU, log-softmax + NLL, SGD lr {LR}), f32",
-        m.batch, m.dims[0], m.dims[1], m.dims[2], m.dims[3], m.dims[4]
-    );
+    for (name, m) in [("mlp", MLP), ("wide mlp", MLP_WIDE)] {
+        println!(
+            "{name}: batch {}, layers {} -> {} -> {} -> {} -> {} (ReLU, log-softmax + NLL, SGD lr {LR}), f32",
+            m.batch, m.dims[0], m.dims[1], m.dims[2], m.dims[3], m.dims[4]
+        );
+    }
     let b = BLOCK;
     println!(
         "block: x [{}, {}, {}], {} heads of {}, GELU MLP {} -> {} -> {}, f32, forward only",
@@ -677,6 +683,10 @@ fn main() {
     {
         let mlp = Mlp::new(&rt, &MlpInit::new(MLP, 1)).expect("mlp");
         rows.push(row(&rt, "mlp train step", &|| mlp.step(LR)));
+    }
+    {
+        let mlp = Mlp::new(&rt, &MlpInit::new(MLP_WIDE, 1)).expect("wide mlp");
+        rows.push(row(&rt, "wide mlp train step", &|| mlp.step(LR)));
     }
     {
         let block = Block::new(&rt, BLOCK, 1).expect("block");
