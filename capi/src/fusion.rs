@@ -33,19 +33,11 @@ pub const TTPU_FLUSH_REASON_COUNT: usize = 8;
 /// an unknown value.
 #[no_mangle]
 pub extern "C" fn ttpu_flush_reason_name(reason: i32) -> *const c_char {
-    match FlushReason::ALL.get(reason as usize) {
-        Some(r) if reason >= 0 => match r {
-            FlushReason::HostRead => c"host_read".as_ptr(),
-            FlushReason::Synchronize => c"synchronize".as_ptr(),
-            FlushReason::Explicit => c"explicit".as_ptr(),
-            FlushReason::Collective => c"collective".as_ptr(),
-            FlushReason::GraphSizeLimit => c"graph_size_limit".as_ptr(),
-            FlushReason::Policy => c"policy".as_ptr(),
-            FlushReason::StrictOp => c"strict_op".as_ptr(),
-            FlushReason::CrossDevice => c"cross_device".as_ptr(),
-        },
-        _ => std::ptr::null(),
-    }
+    static NAMES: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        FlushReason::ALL.iter().map(|r| std::ffi::CString::new(r.name()).expect("names have no NUL")).collect()
+    });
+    usize::try_from(reason).ok().and_then(|i| names.get(i)).map_or(std::ptr::null(), |n| n.as_ptr())
 }
 
 /// Flushes the pending graph of every device (reason EXPLICIT). Returns the
