@@ -58,7 +58,9 @@ impl fmt::Display for Code {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Clone: an error from asynchronous work is reported on every event recorded
+/// after it and at the next synchronize, so it is copied, not moved.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     // --- device runtime (PJRT) ---------------------------------------------
     /// A PJRT call returned an error; `call` is the C API function.
@@ -110,6 +112,11 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
 
+    /// The call is valid, but not in the current state: an event that has
+    /// not completed yet, a wait that would deadlock.
+    #[error("{0}")]
+    FailedPrecondition(String),
+
     /// An error from the device while running `op` (keeps the inner code).
     #[error("{op}: {source}")]
     InOp { op: String, source: Box<Error> },
@@ -129,6 +136,7 @@ impl Error {
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Internal(_) => Code::Internal,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::InOp { source, .. } => source.code(),
         }
     }

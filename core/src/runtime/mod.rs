@@ -8,6 +8,7 @@ mod eager;
 pub mod mode;
 pub mod rng;
 pub mod stats;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use parking_lot::Mutex;
 
 pub use mode::{current_mode, global_mode, set_global_mode, set_thread_mode, thread_mode, ExecMode};
 pub use stats::{Stats, StatsSnapshot};
+pub use stream::{Stream, StreamEvent, Streams};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -54,6 +56,8 @@ pub struct Runtime {
     /// Completion events of launched programs not yet known to be done, and
     /// the first error from one that failed (reported at the next sync).
     pending: Mutex<(Vec<Event>, Option<Error>)>,
+    /// Default, created and per-thread current streams of every device.
+    streams: Streams,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -74,6 +78,7 @@ impl Runtime {
         }
         let client = Client::create(api, &create)?;
         let generators = (0..client.device_count()).map(|_| Mutex::new(Generator::default())).collect();
+        let streams = Streams::new(client.device_count());
         Ok(Arc::new(Runtime {
             client,
             plugin: found.path,
@@ -82,6 +87,7 @@ impl Runtime {
             generators,
             scalars: Mutex::new(HashMap::new()),
             pending: Mutex::new((Vec::new(), None)),
+            streams,
         }))
     }
 
@@ -112,6 +118,11 @@ impl Runtime {
         let d = self.device(device as i64)?;
         let m = self.client.memory(d);
         Ok((m.live(), m.peak()))
+    }
+
+    /// The streams of every device.
+    pub fn streams(&self) -> &Streams {
+        &self.streams
     }
 
     pub fn stats(&self) -> StatsSnapshot {
@@ -176,14 +187,16 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Waits for every launched program; returns the first error any of them
-    /// hit since the last sync.
+    /// Waits for every stream and every launched program; returns the first
+    /// error any of them hit since the last sync.
     pub fn synchronize(&self) -> Result<()> {
+        // Streams first: their work may still launch programs.
+        let streams = self.streams.synchronize_all();
         let (events, err) = {
             let mut p = self.pending.lock();
             (std::mem::take(&mut p.0), p.1.take())
         };
-        let mut first = err;
+        let mut first = streams.err().or(err);
         for e in events {
             if let Err(e) = e.wait() {
                 first.get_or_insert(e);
