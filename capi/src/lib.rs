@@ -5,7 +5,8 @@
 //! Conventions (see STYLE.md): functions are `ttpu_<object>_<verb>`; the
 //! object comes first, then inputs, then `out_*` results, which are written
 //! only on success; a fallible call returns `ttpu_error_t*`, NULL on success.
-//! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`].
+//! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`],
+//! [`stream`] (streams and events).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
@@ -14,5 +15,6 @@ mod ffi;
 pub mod error;
 pub mod op;
 pub mod runtime;
+pub mod stream;
 pub mod tensor;
 pub mod version;
