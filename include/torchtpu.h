@@ -309,6 +309,14 @@ struct ttpu_error_t *ttpu_stream_default(const struct ttpu_runtime_t *runtime,
                                          int64_t device,
                                          struct ttpu_stream_t **out_stream);
 
+// Writes a new handle to the calling thread's current stream on device
+// `device` (the one set with `ttpu_stream_set_current`, else the default) to
+// `*out_stream`. The caller owns the handle; free it with
+// `ttpu_stream_destroy`. Fails with OUT_OF_RANGE for a bad device.
+struct ttpu_error_t *ttpu_stream_current(const struct ttpu_runtime_t *runtime,
+                                         int64_t device,
+                                         struct ttpu_stream_t **out_stream);
+
 // Frees a stream handle. When it was the last reference to a created
 // stream, this waits for the work queued on it to run, then ends the
 // stream's worker thread. NULL is a no-op.
@@ -316,6 +324,13 @@ void ttpu_stream_destroy(struct ttpu_stream_t *stream);
 
 // The device index of the stream, or -1 if `stream` is invalid.
 int64_t ttpu_stream_device(const struct ttpu_stream_t *stream);
+
+// The stream's id within its runtime: 0 for a default stream, 1, 2, ... for
+// created ones in creation order; -1 if `stream` is invalid.
+int64_t ttpu_stream_id(const struct ttpu_stream_t *stream);
+
+// Whether two handles name the same stream (false if either is invalid).
+bool ttpu_stream_same(const struct ttpu_stream_t *a, const struct ttpu_stream_t *b);
 
 // Blocks until all work submitted to the stream so far has completed on the
 // device. Returns, and clears, the first error that work hit since the last

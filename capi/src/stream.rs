@@ -89,6 +89,25 @@ pub unsafe extern "C" fn ttpu_stream_default(
     })
 }
 
+/// Writes a new handle to the calling thread's current stream on device
+/// `device` (the one set with `ttpu_stream_set_current`, else the default) to
+/// `*out_stream`. The caller owns the handle; free it with
+/// `ttpu_stream_destroy`. Fails with OUT_OF_RANGE for a bad device.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_stream_current(
+    runtime: *const ttpu_runtime_t,
+    device: i64,
+    out_stream: *mut *mut ttpu_stream_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_stream_current";
+        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        check_out(out_stream, what)?;
+        let d = r.rt.device(device)?;
+        write_out(out_stream, what, ttpu_stream_t::new(r.rt.streams().current(d)))
+    })
+}
+
 /// Frees a stream handle. When it was the last reference to a created
 /// stream, this waits for the work queued on it to run, then ends the
 /// stream's worker thread. NULL is a no-op.
@@ -101,6 +120,22 @@ pub unsafe extern "C" fn ttpu_stream_destroy(stream: *mut ttpu_stream_t) {
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_stream_device(stream: *const ttpu_stream_t) -> i64 {
     ttpu_stream_t::borrow(stream, "ttpu_stream_device").map_or(-1, |h| h.s.device() as i64)
+}
+
+/// The stream's id within its runtime: 0 for a default stream, 1, 2, ... for
+/// created ones in creation order; -1 if `stream` is invalid.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_stream_id(stream: *const ttpu_stream_t) -> i64 {
+    ttpu_stream_t::borrow(stream, "ttpu_stream_id").map_or(-1, |h| h.s.id() as i64)
+}
+
+/// Whether two handles name the same stream (false if either is invalid).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_stream_same(a: *const ttpu_stream_t, b: *const ttpu_stream_t) -> bool {
+    match (ttpu_stream_t::borrow(a, ""), ttpu_stream_t::borrow(b, "")) {
+        (Ok(a), Ok(b)) => a.s == b.s,
+        _ => false,
+    }
 }
 
 /// Blocks until all work submitted to the stream so far has completed on the
