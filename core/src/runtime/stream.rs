@@ -542,7 +542,9 @@ impl Streams {
     }
 
     /// Makes `stream` the calling thread's current stream on its device;
-    /// `None` resets every device to its default for this thread.
+    /// `None` resets every device to its default for this thread. (A thread
+    /// that exits without resetting leaves its entry until the registry is
+    /// dropped; thread ids are never reused, so it is never seen again.)
     pub fn set_current(&self, stream: Option<&Stream>) {
         let me = thread::current().id();
         // Replaced streams are dropped after the lock is released: dropping
