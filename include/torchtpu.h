@@ -146,9 +146,15 @@ typedef struct ttpu_device_t ttpu_device_t;
 // with `ttpu_error_destroy`.
 typedef struct ttpu_error_t ttpu_error_t;
 
+// An event handle. Owned by the caller; free with `ttpu_event_destroy`.
+typedef struct ttpu_event_t ttpu_event_t;
+
 // A runtime: one PJRT plugin and client with its devices. Thread-safe.
 // Created by `ttpu_runtime_create`, freed by `ttpu_runtime_destroy`.
 typedef struct ttpu_runtime_t ttpu_runtime_t;
+
+// A stream handle. Owned by the caller; free with `ttpu_stream_destroy`.
+typedef struct ttpu_stream_t ttpu_stream_t;
 
 // A tensor handle. Owned by the caller; free with `ttpu_tensor_destroy`.
 typedef struct ttpu_tensor_t ttpu_tensor_t;
@@ -392,6 +398,99 @@ struct ttpu_error_t *ttpu_set_thread_mode(int32_t mode);
 
 // The mode in effect on the calling thread.
 int32_t ttpu_current_mode(void);
+
+// Creates a new stream on device `device` of `runtime`. On success
+// `*out_stream` owns a handle; free it with `ttpu_stream_destroy`. The stream
+// does not borrow the runtime, but is meant for use with it. Fails with
+// OUT_OF_RANGE for a bad device.
+struct ttpu_error_t *ttpu_stream_create(const struct ttpu_runtime_t *runtime,
+                                        int64_t device,
+                                        struct ttpu_stream_t **out_stream);
+
+// Writes a new handle to the default stream of device `device` to
+// `*out_stream`. The caller owns the handle (free it with
+// `ttpu_stream_destroy`); the default stream itself lives as long as the
+// runtime. Fails with OUT_OF_RANGE for a bad device.
+struct ttpu_error_t *ttpu_stream_default(const struct ttpu_runtime_t *runtime,
+                                         int64_t device,
+                                         struct ttpu_stream_t **out_stream);
+
+// Writes a new handle to the calling thread's current stream on device
+// `device` (the one set with `ttpu_stream_set_current`, else the default) to
+// `*out_stream`. The caller owns the handle; free it with
+// `ttpu_stream_destroy`. Fails with OUT_OF_RANGE for a bad device.
+struct ttpu_error_t *ttpu_stream_current(const struct ttpu_runtime_t *runtime,
+                                         int64_t device,
+                                         struct ttpu_stream_t **out_stream);
+
+// Frees a stream handle. When it was the last reference to a created
+// stream, this waits for the work queued on it to run, then ends the
+// stream's worker thread. NULL is a no-op.
+void ttpu_stream_destroy(struct ttpu_stream_t *stream);
+
+// The device index of the stream, or -1 if `stream` is invalid.
+int64_t ttpu_stream_device(const struct ttpu_stream_t *stream);
+
+// The stream's id within its runtime: 0 for a default stream, 1, 2, ... for
+// created ones in creation order; -1 if `stream` is invalid.
+int64_t ttpu_stream_id(const struct ttpu_stream_t *stream);
+
+// Whether two handles name the same stream (false if either is invalid).
+bool ttpu_stream_same(const struct ttpu_stream_t *a, const struct ttpu_stream_t *b);
+
+// Blocks until all work submitted to the stream so far has completed on the
+// device. Returns, and clears, the first error that work hit since the last
+// synchronize of this stream.
+struct ttpu_error_t *ttpu_stream_synchronize(const struct ttpu_stream_t *stream);
+
+// Writes whether the stream is idle (all its work has completed) to
+// `*out_idle`. Does not block.
+struct ttpu_error_t *ttpu_stream_query(const struct ttpu_stream_t *stream, bool *out_idle);
+
+// Makes work submitted to `stream` after this call wait until `event`'s most
+// recent record has completed. The host does not block; an event never
+// recorded imposes nothing. `event` is borrowed for the call.
+struct ttpu_error_t *ttpu_stream_wait_event(const struct ttpu_stream_t *stream,
+                                            const struct ttpu_event_t *event);
+
+// Makes `stream` the calling thread's current stream on its device, for ops
+// this thread launches through `runtime`. NULL resets every device of the
+// calling thread to its default stream. The runtime keeps its own reference:
+// the handle may be destroyed afterwards.
+struct ttpu_error_t *ttpu_stream_set_current(const struct ttpu_runtime_t *runtime,
+                                             const struct ttpu_stream_t *stream);
+
+// Creates an event, not yet recorded (waiting on it returns at once). On
+// success `*out_event` owns it; free it with `ttpu_event_destroy`.
+struct ttpu_error_t *ttpu_event_create(struct ttpu_event_t **out_event);
+
+// Frees an event. Streams already waiting on it still wait for its record.
+// NULL is a no-op.
+void ttpu_event_destroy(struct ttpu_event_t *event);
+
+// Records `event` on `stream`: the event completes when all work submitted
+// to `stream` before this call has completed, and carries the first error
+// that work hit (if not yet reported by `ttpu_stream_synchronize`).
+// Re-recording moves the event to the new point. `stream` is borrowed for
+// the call.
+struct ttpu_error_t *ttpu_event_record(const struct ttpu_event_t *event,
+                                       const struct ttpu_stream_t *stream);
+
+// Blocks until the event has completed; returns the error it carries. An
+// event never recorded returns at once.
+struct ttpu_error_t *ttpu_event_synchronize(const struct ttpu_event_t *event);
+
+// Writes whether the event has completed (true if never recorded) to
+// `*out_done`. Does not block.
+struct ttpu_error_t *ttpu_event_query(const struct ttpu_event_t *event, bool *out_done);
+
+// Writes the milliseconds between the completions of `start` and `end` to
+// `*out_ms` (host timestamps, like CUDA's `cudaEventElapsedTime`). Both must
+// have been recorded (else INVALID_ARGUMENT) and have completed (else
+// FAILED_PRECONDITION); this does not wait.
+struct ttpu_error_t *ttpu_event_elapsed_ms(const struct ttpu_event_t *start,
+                                           const struct ttpu_event_t *end,
+                                           double *out_ms);
 
 // Copies `nbytes` of dense row-major host data of `dtype` (a `ttpu_dtype`)
 // and shape `sizes[0..ndim]` to device `device`. `data` is borrowed for

@@ -613,7 +613,7 @@ impl ProgramCache {
             st.reported_corrupt.clear();
         }
         let Some(dir) = &self.dir else { return Ok(()) };
-        let io_err = |path: &Path, source: io::Error| Error::Io { path: path.display().to_string(), source };
+        let io_err = |path: &Path, source: io::Error| Error::Io { path: path.display().to_string(), source: std::sync::Arc::new(source) };
         let entries = match fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),

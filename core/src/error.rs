@@ -58,7 +58,9 @@ impl fmt::Display for Code {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Clone: an error from asynchronous work is reported on every event recorded
+/// after it and at the next synchronize, so it is copied, not moved.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     // --- device runtime (PJRT) ---------------------------------------------
     /// A PJRT call returned an error; `call` is the C API function.
@@ -85,7 +87,7 @@ pub enum Error {
     // --- host I/O ----------------------------------------------------------
     /// A file operation failed (the compile cache directory, for example).
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io { path: String, source: std::sync::Arc<std::io::Error> },
 
     // --- user input --------------------------------------------------------
     #[error("unknown op '{name}'{hint}")]
@@ -119,6 +121,11 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
 
+    /// The call is valid, but not in the current state: an event that has
+    /// not completed yet, a wait that would deadlock.
+    #[error("{0}")]
+    FailedPrecondition(String),
+
     /// An error from the device while running `op` (keeps the inner code).
     #[error("{op}: {source}")]
     InOp { op: String, source: Box<Error> },
@@ -145,6 +152,7 @@ impl Error {
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::NotFound(_) => Code::NotFound,
             Error::Internal(_) => Code::Internal,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::InOp { source, .. } => source.code(),
         }
     }

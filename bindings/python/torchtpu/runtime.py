@@ -1,4 +1,5 @@
-"""A Pythonic layer over the C ABI: runtimes, tensors and generic op calls.
+"""A Pythonic layer over the C ABI: runtimes, tensors, generic op calls, and
+streams and events.
 
 Only the C ABI is used (through :mod:`torchtpu._capi`); op semantics live in
 the Rust core. Tensors move to and from NumPy arrays.
@@ -163,6 +164,132 @@ class Tensor:
         return f"Tensor({DTYPE_NAMES.get(self.dtype)} {list(self.shape)} on tpu:{self.device})"
 
 
+class Stream:
+    """An owned handle to a stream: an ordered queue of work on one device
+    (like ``torch.cuda.Stream``). Get one from ``Runtime.create_stream`` or
+    ``Runtime.default_stream``; several handles may name the same stream.
+    ``close()`` (or ``with``) frees the handle, not a shared stream."""
+
+    def __init__(self, runtime: "Runtime", handle):
+        self.runtime = runtime
+        self._h = handle
+
+    @property
+    def handle(self):
+        if self._h is None:
+            raise ValueError("stream is closed")
+        return self._h
+
+    def close(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            lib.ttpu_stream_destroy(self._h)
+            self._h = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def device(self) -> int:
+        return int(lib.ttpu_stream_device(self.handle))
+
+    @property
+    def id(self) -> int:
+        """0 for a device's default stream; 1, 2, ... for created streams."""
+        return int(lib.ttpu_stream_id(self.handle))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and bool(lib.ttpu_stream_same(self.handle, other.handle))
+
+    __hash__ = object.__hash__
+
+    def synchronize(self) -> None:
+        """Waits for all work submitted so far; raises the first error it hit."""
+        check(lib.ttpu_stream_synchronize(self.handle))
+
+    def query(self) -> bool:
+        """True if all submitted work has completed."""
+        out = ffi.new("bool*")
+        check(lib.ttpu_stream_query(self.handle, out))
+        return bool(out[0])
+
+    def wait_event(self, event: "Event") -> None:
+        """Makes later work on this stream wait for `event` (the host does not block)."""
+        check(lib.ttpu_stream_wait_event(self.handle, event.handle))
+
+    def wait_stream(self, other: "Stream") -> None:
+        """Makes later work on this stream wait for the work submitted to `other` so far."""
+        self.wait_event(other.record_event())
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        """Records `event` (a new one if None) on this stream and returns it."""
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "Stream(closed)"
+        return f"Stream(tpu:{self.device}, id {self.id})"
+
+
+class Event:
+    """An owned event: a point recorded on a stream (like ``torch.cuda.Event``).
+    Errors from work before the record are raised by ``synchronize``."""
+
+    def __init__(self):
+        out = ffi.new("ttpu_event_t**")
+        check(lib.ttpu_event_create(out))
+        self._h = out[0]
+
+    @property
+    def handle(self):
+        if self._h is None:
+            raise ValueError("event is closed")
+        return self._h
+
+    def close(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            lib.ttpu_event_destroy(self._h)
+            self._h = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __enter__(self) -> "Event":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def record(self, stream: Stream) -> None:
+        check(lib.ttpu_event_record(self.handle, stream.handle))
+
+    def wait(self, stream: Stream) -> None:
+        """Makes later work on `stream` wait for this event."""
+        stream.wait_event(self)
+
+    def synchronize(self) -> None:
+        check(lib.ttpu_event_synchronize(self.handle))
+
+    def query(self) -> bool:
+        """True if the event completed (or was never recorded)."""
+        out = ffi.new("bool*")
+        check(lib.ttpu_event_query(self.handle, out))
+        return bool(out[0])
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds from this event's completion to `end`'s."""
+        out = ffi.new("double*")
+        check(lib.ttpu_event_elapsed_ms(self.handle, end.handle, out))
+        return float(out[0])
+
+
 class Runtime:
     """A runtime over one PJRT plugin. Use as a context manager or call close()."""
 
@@ -238,6 +365,39 @@ class Runtime:
 
     def synchronize(self) -> None:
         check(lib.ttpu_runtime_synchronize(self.handle))
+
+    def default_stream(self, device: int = 0) -> Stream:
+        out = ffi.new("ttpu_stream_t**")
+        check(lib.ttpu_stream_default(self.handle, device, out))
+        return Stream(self, out[0])
+
+    def create_stream(self, device: int = 0) -> Stream:
+        out = ffi.new("ttpu_stream_t**")
+        check(lib.ttpu_stream_create(self.handle, device, out))
+        return Stream(self, out[0])
+
+    def current_stream(self, device: int = 0) -> Stream:
+        """The calling thread's current stream on `device`."""
+        out = ffi.new("ttpu_stream_t**")
+        check(lib.ttpu_stream_current(self.handle, device, out))
+        return Stream(self, out[0])
+
+    def set_current_stream(self, stream: Stream | None) -> None:
+        """Makes `stream` current on its device for this thread; None resets
+        every device to its default stream."""
+        check(lib.ttpu_stream_set_current(self.handle, ffi.NULL if stream is None else stream.handle))
+
+    @contextlib.contextmanager
+    def stream(self, stream: Stream) -> Iterator[Stream]:
+        """Makes `stream` current on its device for the block, then restores
+        the previous one (like ``torch.cuda.stream``)."""
+        prev = self.current_stream(stream.device)
+        self.set_current_stream(stream)
+        try:
+            yield stream
+        finally:
+            self.set_current_stream(prev)
+            prev.close()
 
     def manual_seed(self, seed: int) -> None:
         check(lib.ttpu_runtime_manual_seed(self.handle, seed))

@@ -175,7 +175,7 @@ impl Runtime {
         if current_mode() == ExecMode::DeferNeverAndLaunchBlocking {
             event.wait().map_err(|e| e.in_op(op))?;
         } else {
-            self.track(event);
+            self.track(device, op, event);
         }
 
         let mut results: Vec<Option<Tensor>> = Vec::with_capacity(outs.len());

@@ -394,7 +394,7 @@ impl Runtime {
         let (outs, event) = launched?;
         Stats::bump(&self.stats.executions);
         Stats::bump(&self.stats.fused_programs);
-        self.track(event);
+        self.track(device, &what, event);
 
         let outs: Vec<Arc<Buffer>> = outs.into_iter().map(Arc::new).collect();
         for (node, out, storage) in &wanted {

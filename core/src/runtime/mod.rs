@@ -10,6 +10,7 @@ mod fused;
 pub mod mode;
 pub mod rng;
 pub mod stats;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,7 @@ use parking_lot::Mutex;
 pub use mode::{current_mode, global_mode, set_global_mode, set_thread_mode, thread_mode, ExecMode};
 pub use fused::FlushInfo;
 pub use stats::{Stats, StatsSnapshot};
+pub use stream::{Stream, StreamEvent, Streams};
 
 use crate::cache::{CacheConfig, ProgramCache};
 use crate::graph::policy::{FuseAll, FusionPolicy};
@@ -49,8 +51,6 @@ pub struct RuntimeOptions {
 /// Scalar arguments are uploaded once per (device, type, bits) and reused, so
 /// a training loop's constant learning rate costs no transfer per step.
 const SCALAR_CACHE_LIMIT: usize = 4096;
-/// Completion events kept before the ready ones are collected.
-const PENDING_EVENTS_LIMIT: usize = 256;
 
 pub struct Runtime {
     client: Arc<Client>,
@@ -59,9 +59,6 @@ pub struct Runtime {
     stats: Stats,
     generators: Vec<Mutex<Generator>>,
     scalars: Mutex<HashMap<(usize, Elem, u64), Arc<Buffer>>>,
-    /// Completion events of launched programs not yet known to be done, and
-    /// the first error from one that failed (reported at the next sync).
-    pending: Mutex<(Vec<Event>, Option<Error>)>,
     // --- fused mode ---
     /// Each device's pending graph.
     recordings: Vec<Mutex<Recording>>,
@@ -72,6 +69,8 @@ pub struct Runtime {
     fusion: Mutex<FusionConfig>,
     programs: ProgramCache,
     last_flush: Mutex<Option<FlushInfo>>,
+    /// Default, created and per-thread current streams of every device.
+    streams: Streams,
 }
 
 /// Fusion settings of a runtime.
@@ -104,6 +103,7 @@ impl Runtime {
         let generators = (0..client.device_count()).map(|_| Mutex::new(Generator::default())).collect();
         let recordings: Vec<Mutex<Recording>> = (0..client.device_count()).map(|d| Mutex::new(Recording::new(d as u64, d))).collect();
         let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);
+        let streams = Streams::new(client.device_count());
         Ok(Arc::new(Runtime {
             client,
             plugin: found.path,
@@ -111,7 +111,6 @@ impl Runtime {
             stats: Stats::default(),
             generators,
             scalars: Mutex::new(HashMap::new()),
-            pending: Mutex::new((Vec::new(), None)),
             next_recording: std::sync::atomic::AtomicU64::new(recordings.len() as u64),
             recordings,
             infers: Mutex::new(InferTable::default()),
@@ -119,6 +118,7 @@ impl Runtime {
             fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseAll), max_ops }),
             programs: ProgramCache::new(CacheConfig::from_env()),
             last_flush: Mutex::new(None),
+            streams,
         }))
     }
 
@@ -157,6 +157,11 @@ impl Runtime {
         let d = self.device(device as i64)?;
         self.client.memory(d).reset_peak();
         Ok(())
+    }
+
+    /// The streams of every device.
+    pub fn streams(&self) -> &Streams {
+        &self.streams
     }
 
     pub fn stats(&self) -> StatsSnapshot {
@@ -252,38 +257,20 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Waits for every launched program; returns the first error any of them
-    /// hit since the last sync.
+    /// Flushes pending graphs, then waits for every stream and the programs
+    /// launched on them; returns the first error since the last sync.
     pub fn synchronize(self: &Arc<Self>) -> Result<()> {
         let flushed = self.flush(FlushReason::Synchronize);
-        let (events, err) = {
-            let mut p = self.pending.lock();
-            (std::mem::take(&mut p.0), p.1.take())
-        };
-        let mut first = err.or(flushed.err());
-        for e in events {
-            if let Err(e) = e.wait() {
-                first.get_or_insert(e);
-            }
-        }
-        first.map_or(Ok(()), Err)
+        // Every launch is tracked on a stream, so the streams know all work.
+        let streams = self.streams.synchronize_all();
+        flushed.and(streams)
     }
 
-    fn track(&self, event: Event) {
-        let mut p = self.pending.lock();
-        p.0.push(event);
-        if p.0.len() >= PENDING_EVENTS_LIMIT {
-            let events = std::mem::take(&mut p.0);
-            for e in events {
-                if e.is_ready().unwrap_or(true) {
-                    if let Err(err) = e.wait() {
-                        p.1.get_or_insert(err);
-                    }
-                } else {
-                    p.0.push(e);
-                }
-            }
-        }
+    /// Hands the completion event of a program launched for `op` to the
+    /// device's current stream: synchronize (of the stream or the runtime)
+    /// waits for it and reports its error naming `op`.
+    fn track(&self, device: usize, op: &str, event: Event) {
+        self.streams.current(device).track_as(op, event);
     }
 
     /// A cached rank-0 buffer holding `v` as `elem` on `device`.
