@@ -87,32 +87,44 @@ def thread_mode(mode: int) -> Iterator[None]:
         set_thread_mode(prev)
 
 
-class Tensor:
-    """An owned tensor handle (a view of device memory)."""
+class _Owned:
+    """An owned C handle, freed by close(), by leaving a `with` block, or when
+    garbage-collected; using it after close() raises ValueError."""
 
-    def __init__(self, runtime: "Runtime", handle):
-        self.runtime = runtime
-        self._h = handle
+    _what = "handle"
+    _h = None
+    _destroy = staticmethod(lambda h: None)
 
     @property
     def handle(self):
         if self._h is None:
-            raise ValueError("tensor is closed")
+            raise ValueError(f"{self._what} is closed")
         return self._h
 
     def close(self) -> None:
         if self._h is not None:
-            lib.ttpu_tensor_destroy(self._h)
+            self._destroy(self._h)
             self._h = None
 
     def __del__(self) -> None:
         self.close()
 
-    def __enter__(self) -> "Tensor":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Tensor(_Owned):
+    """An owned tensor handle (a view of device memory)."""
+
+    _what = "tensor"
+    _destroy = staticmethod(lambda h: lib.ttpu_tensor_destroy(h))
+
+    def __init__(self, runtime: "Runtime", handle):
+        self.runtime = runtime
+        self._h = handle
 
     @property
     def dtype(self) -> int:
@@ -164,35 +176,18 @@ class Tensor:
         return f"Tensor({DTYPE_NAMES.get(self.dtype)} {list(self.shape)} on tpu:{self.device})"
 
 
-class Stream:
+class Stream(_Owned):
     """An owned handle to a stream: an ordered queue of work on one device
     (like ``torch.cuda.Stream``). Get one from ``Runtime.create_stream`` or
     ``Runtime.default_stream``; several handles may name the same stream.
     ``close()`` (or ``with``) frees the handle, not a shared stream."""
 
+    _what = "stream"
+    _destroy = staticmethod(lambda h: lib.ttpu_stream_destroy(h))
+
     def __init__(self, runtime: "Runtime", handle):
         self.runtime = runtime
         self._h = handle
-
-    @property
-    def handle(self):
-        if self._h is None:
-            raise ValueError("stream is closed")
-        return self._h
-
-    def close(self) -> None:
-        if getattr(self, "_h", None) is not None:
-            lib.ttpu_stream_destroy(self._h)
-            self._h = None
-
-    def __del__(self) -> None:
-        self.close()
-
-    def __enter__(self) -> "Stream":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @property
     def device(self) -> int:
@@ -238,34 +233,17 @@ class Stream:
         return f"Stream(tpu:{self.device}, id {self.id})"
 
 
-class Event:
+class Event(_Owned):
     """An owned event: a point recorded on a stream (like ``torch.cuda.Event``).
     Errors from work before the record are raised by ``synchronize``."""
+
+    _what = "event"
+    _destroy = staticmethod(lambda h: lib.ttpu_event_destroy(h))
 
     def __init__(self):
         out = ffi.new("ttpu_event_t**")
         check(lib.ttpu_event_create(out))
         self._h = out[0]
-
-    @property
-    def handle(self):
-        if self._h is None:
-            raise ValueError("event is closed")
-        return self._h
-
-    def close(self) -> None:
-        if getattr(self, "_h", None) is not None:
-            lib.ttpu_event_destroy(self._h)
-            self._h = None
-
-    def __del__(self) -> None:
-        self.close()
-
-    def __enter__(self) -> "Event":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def record(self, stream: Stream) -> None:
         check(lib.ttpu_event_record(self.handle, stream.handle))
@@ -290,8 +268,11 @@ class Event:
         return float(out[0])
 
 
-class Runtime:
+class Runtime(_Owned):
     """A runtime over one PJRT plugin. Use as a context manager or call close()."""
+
+    _what = "runtime"
+    _destroy = staticmethod(lambda h: lib.ttpu_runtime_destroy(h))
 
     def __init__(self, plugin: str | None = None, cpu_device_count: int = 0):
         opts = ffi.new("ttpu_runtime_options_t*")
@@ -304,26 +285,6 @@ class Runtime:
         out = ffi.new("ttpu_runtime_t**")
         check(lib.ttpu_runtime_create(opts, out))
         self._h = out[0]
-
-    @property
-    def handle(self):
-        if self._h is None:
-            raise ValueError("runtime is closed")
-        return self._h
-
-    def close(self) -> None:
-        if getattr(self, "_h", None) is not None:
-            lib.ttpu_runtime_destroy(self._h)
-            self._h = None
-
-    def __del__(self) -> None:
-        self.close()
-
-    def __enter__(self) -> "Runtime":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @property
     def platform_name(self) -> str:
