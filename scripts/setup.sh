@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Idempotent setup for a fresh machine: Debian build dependencies, the Rust
-# wasm target, the project-local .venv (PJRT CPU plugin, torch, numpy, cffi,
-# pytest, ninja), the pinned cbindgen, and a release build of the runtime.
+# Idempotent setup for a fresh machine: Debian build dependencies (libclang
+# for bindgen; clang's sanitizer runtime, cmake and valgrind for the C and C++
+# tests), the Rust wasm target, the project-local .venv (PJRT CPU plugin,
+# torch, numpy, cffi, pytest, ninja), the pinned cbindgen, and a release build
+# of the runtime.
 # Downloads come only from the package registries (Debian, PyPI, crates.io).
 # A second run on a ready machine only checks stamps and runs a no-op build.
 set -euo pipefail
@@ -16,7 +18,7 @@ TORCH_SPEC="torch"
 
 # --- Debian build dependencies ----------------------------------------------
 need_apt=()
-for pkg in libclang-dev clang; do
+for pkg in libclang-dev clang libclang-rt-14-dev cmake valgrind; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
