@@ -779,8 +779,17 @@ inline std::vector<Tensor> call(const Runtime& rt, const char* name, const std::
   return call_args(rt.capi(), name, args.data(), args.size());
 }
 
-/// `call(rt, "aten::add.Tensor", a, b)`: each argument converts to `Arg`.
+namespace detail {
+/// Whether a pack is one `std::vector<Arg>` (which the non-template
+/// overload takes, whatever its constness).
 template <class... A>
+struct is_arg_vector : std::false_type {};
+template <class A>
+struct is_arg_vector<A> : std::is_same<std::decay_t<A>, std::vector<Arg>> {};
+}  // namespace detail
+
+/// `call(rt, "aten::add.Tensor", a, b)`: each argument converts to `Arg`.
+template <class... A, std::enable_if_t<!detail::is_arg_vector<A...>::value, int> = 0>
 std::vector<Tensor> call(const Runtime& rt, const char* name, A&&... args) {
   if (!rt) detail::empty_handle("call: runtime");
   const std::array<Arg, sizeof...(A)> a{{Arg(std::forward<A>(args))...}};
@@ -804,7 +813,7 @@ inline Tensor call1(const Runtime& rt, const char* name, std::initializer_list<A
 inline Tensor call1(const Runtime& rt, const char* name, const std::vector<Arg>& args) {
   return detail::single(call(rt, name, args), name);
 }
-template <class... A>
+template <class... A, std::enable_if_t<!detail::is_arg_vector<A...>::value, int> = 0>
 Tensor call1(const Runtime& rt, const char* name, A&&... args) {
   return detail::single(call(rt, name, std::forward<A>(args)...), name);
 }
