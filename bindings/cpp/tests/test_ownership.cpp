@@ -1,0 +1,95 @@
+// Ownership of the move-only wrappers: moves transfer the handle, the
+// moved-from owner is empty (and using it throws), release() hands the
+// handle over, and nothing is freed twice (run under ASan with
+// -DTORCHTPU_SANITIZE=ON).
+#include "check.hpp"
+
+#include <utility>
+
+int main() {
+  torchtpu::Runtime rt;
+
+  check::run("tensor move ctor", [&] {
+    torchtpu::Tensor a = rt.from_host(std::vector<float>{1, 2, 3}, {3});
+    ttpu_tensor_t* h = a.capi();
+    torchtpu::Tensor b(std::move(a));
+    check::ok(a.capi() == nullptr && !a, "moved-from tensor is empty");
+    check::ok(b.capi() == h && static_cast<bool>(b), "moved-to tensor owns the handle");
+    check::eq(b.to_host<float>(), std::vector<float>({1, 2, 3}), "moved-to tensor reads back");
+  });
+
+  check::run("tensor move assign over a live handle", [&] {
+    torchtpu::Tensor a = rt.from_host(std::vector<float>{1, 2}, {2});
+    torchtpu::Tensor b = rt.from_host(std::vector<float>{7, 8, 9}, {3});
+    b = std::move(a);  // b's old handle is destroyed here
+    check::ok(!a, "moved-from is empty");
+    check::eq(b.shape(), std::vector<int64_t>({2}), "b now holds a");
+    torchtpu::Tensor& self = b;
+    b = std::move(self);  // self-move keeps the handle
+    check::ok(static_cast<bool>(b), "self-move keeps the handle");
+  });
+
+  check::run("empty tensor use throws", [&] {
+    torchtpu::Tensor a = rt.from_host(std::vector<float>{1}, {1});
+    torchtpu::Tensor b = std::move(a);
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { (void)a.shape(); }, "shape of moved-from");
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { (void)a.to_host<float>(); }, "to_host of moved-from");
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { (void)(a + b); }, "op on moved-from");
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { (void)torchtpu::call(rt, "aten::neg", a); }, "call with moved-from");
+    torchtpu::Tensor empty;
+    check::ok(!empty && empty.capi() == nullptr, "default tensor is empty");
+  });
+
+  check::run("tensor release and retain", [&] {
+    torchtpu::Tensor a = rt.from_host(std::vector<int32_t>{4, 5}, {2});
+    torchtpu::Tensor r = a.retain();
+    check::ok(r.capi() != a.capi() && r.same_storage(a), "retain: new handle, same storage");
+    ttpu_tensor_t* raw = a.release();
+    check::ok(!a && raw != nullptr, "release empties the owner");
+    ttpu_tensor_destroy(raw);  // the caller owns it now
+    check::eq(r.to_host<int32_t>(), std::vector<int32_t>({4, 5}), "retained handle outlives the released one");
+  });
+
+  check::run("vector of tensors (moves on growth)", [&] {
+    std::vector<torchtpu::Tensor> ts;
+    for (int i = 0; i < 20; ++i) ts.push_back(rt.from_host(std::vector<int64_t>{i}, {1}));
+    for (int i = 0; i < 20; ++i) check::eq(ts[static_cast<std::size_t>(i)].to_host<int64_t>()[0], int64_t{i}, "element");
+    ts.erase(ts.begin() + 3);
+    check::eq(ts[3].to_host<int64_t>()[0], int64_t{4}, "after erase");
+  });
+
+  check::run("runtime, stream, event moves", [&] {
+    torchtpu::Runtime r2;
+    ttpu_runtime_t* h = r2.capi();
+    torchtpu::Runtime r3(std::move(r2));
+    check::ok(!r2 && r3.capi() == h, "runtime move ctor");
+    torchtpu::Runtime r4;
+    r4 = std::move(r3);
+    check::ok(!r3 && r4.capi() == h, "runtime move assign");
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { r3.synchronize(); }, "moved-from runtime");
+
+    torchtpu::Stream s = r4.create_stream(0);
+    torchtpu::Stream s2(std::move(s));
+    check::ok(!s && static_cast<bool>(s2), "stream move");
+    check::eq(s.device(), int64_t{-1}, "moved-from stream device is -1");
+    s = r4.default_stream(0);
+    check::ok(static_cast<bool>(s) && s.id() == 0, "stream move assign into moved-from");
+
+    torchtpu::Event e;
+    torchtpu::Event e2(std::move(e));
+    check::ok(!e && static_cast<bool>(e2), "event move");
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { (void)e.query(); }, "moved-from event");
+    ttpu_event_destroy(e2.release());
+  });
+
+  check::run("tensor outlives its runtime", [&] {
+    torchtpu::Tensor t;
+    {
+      torchtpu::Runtime r;
+      t = r.from_host(std::vector<float>{1}, {1});
+    }
+    check::ok(static_cast<bool>(t), "still owned; destroyed after the runtime without a double free");
+  });
+
+  return check::finish();
+}
