@@ -200,6 +200,7 @@ pub unsafe extern "C" fn ttpu_stream_set_current(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_event_create(out_event: *mut *mut ttpu_event_t) -> *mut ttpu_error_t {
     ffi_boundary!({
+        check_out(out_event, "ttpu_event_create")?;
         let h = ttpu_event_t { magic: ttpu_event_t::MAGIC, e: StreamEvent::new() };
         write_out(out_event, "ttpu_event_create", h.into_raw())
     })

@@ -119,6 +119,7 @@ pub unsafe extern "C" fn ttpu_tensor_retain(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let t = &ttpu_tensor_t::borrow(tensor, "ttpu_tensor_retain")?.t;
+        check_out(out_tensor, "ttpu_tensor_retain")?;
         write_out(out_tensor, "ttpu_tensor_retain", ttpu_tensor_t::new(t.clone()))
     })
 }
