@@ -96,6 +96,20 @@ int main(void) {
     CHECK_CODE(ttpu_op_call(rt, "aten::matmul", mm, 2, out, 1, NULL), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_op_call(NULL, "aten::matmul", mm, 2, out, 1, &n), TTPU_CODE_INVALID_ARGUMENT);
 
+    /* Results over the 1 TiB cap on one tensor, and negative sizes, are
+     * rejected before anything is allocated. */
+    const int64_t huge[1] = {(int64_t)1 << 40}, huge2[2] = {(int64_t)1 << 32, (int64_t)1 << 32}, negs[2] = {2, -1};
+    ttpu_value_t full[2] = {{TTPU_VALUE_KIND_INT_LIST, 0, 0.0, huge, 1}, {TTPU_VALUE_KIND_SCALAR_DOUBLE, 0, 1.0, NULL, 0}};
+    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::full", full, 2, out, 1, &n), TTPU_CODE_RESOURCE_EXHAUSTED, "aten::full");
+    full[0].ptr = huge2;
+    full[0].len = 2;
+    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::full", full, 2, out, 1, &n), TTPU_CODE_RESOURCE_EXHAUSTED, "1 TiB");
+    full[0].ptr = negs;
+    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::full", full, 2, out, 1, &n), TTPU_CODE_INVALID_ARGUMENT, "negative");
+    ttpu_tensor_t *none = NULL;
+    CHECK_CODE(ttpu_tensor_from_host(rt, NULL, 0, TTPU_DTYPE_FLOAT32, huge2, 2, 0, &none), TTPU_CODE_RESOURCE_EXHAUSTED);
+    CHECK(none == NULL);
+
     /* Listing. */
     size_t count = ttpu_op_count();
     CHECK(count > 100);
