@@ -332,7 +332,13 @@ struct ttpu_error_t *ttpu_runtime_create(const struct ttpu_runtime_options_t *op
                                          struct ttpu_runtime_t **out_runtime);
 
 // Frees a runtime. Tensors created from it stay valid (they hold their
-// device memory) but can no longer be used in calls. NULL is a no-op.
+// device memory) but can no longer be used in calls. NULL is a no-op. Use
+// after destroy is detected: the handle is marked destroyed and kept in a
+// quarantine of the 65536 most recently destroyed handles (of all kinds), so
+// while it is there any use of it fails with INVALID_ARGUMENT
+// ("ttpu_runtime_t was already destroyed") and destroying it again is a
+// no-op. Beyond that bound a use of the pointer is undefined behaviour. The
+// runtime's `ttpu_device_t` pointers are freed with it and are not checked.
 void ttpu_runtime_destroy(struct ttpu_runtime_t *runtime);
 
 // The PJRT platform name ("cpu", "tpu", "cuda"). Borrowed: valid while the
@@ -425,7 +431,12 @@ struct ttpu_error_t *ttpu_stream_current(const struct ttpu_runtime_t *runtime,
 
 // Frees a stream handle. When it was the last reference to a created
 // stream, this waits for the work queued on it to run, then ends the
-// stream's worker thread. NULL is a no-op.
+// stream's worker thread. NULL is a no-op. Use after destroy is detected:
+// the handle is marked destroyed and kept in a quarantine of the 65536 most
+// recently destroyed handles (of all kinds), so while it is there any use of
+// it fails with INVALID_ARGUMENT ("ttpu_stream_t was already destroyed"),
+// getters return their invalid-handle value, and destroying it again is a
+// no-op. Beyond that bound a use of the pointer is undefined behaviour.
 void ttpu_stream_destroy(struct ttpu_stream_t *stream);
 
 // The device index of the stream, or -1 if `stream` is invalid.
@@ -465,7 +476,12 @@ struct ttpu_error_t *ttpu_stream_set_current(const struct ttpu_runtime_t *runtim
 struct ttpu_error_t *ttpu_event_create(struct ttpu_event_t **out_event);
 
 // Frees an event. Streams already waiting on it still wait for its record.
-// NULL is a no-op.
+// NULL is a no-op. Use after destroy is detected: the handle is marked
+// destroyed and kept in a quarantine of the 65536 most recently destroyed
+// handles (of all kinds), so while it is there any use of it fails with
+// INVALID_ARGUMENT ("ttpu_event_t was already destroyed") and destroying it
+// again is a no-op. Beyond that bound a use of the pointer is undefined
+// behaviour.
 void ttpu_event_destroy(struct ttpu_event_t *event);
 
 // Records `event` on `stream`: the event completes when all work submitted
@@ -516,7 +532,12 @@ struct ttpu_error_t *ttpu_tensor_retain(const struct ttpu_tensor_t *tensor,
                                         struct ttpu_tensor_t **out_tensor);
 
 // Frees a tensor handle; the device memory is freed with its last view.
-// NULL is a no-op.
+// NULL is a no-op. Use after destroy is detected: the handle is marked
+// destroyed and kept in a quarantine of the 65536 most recently destroyed
+// handles (of all kinds), so while it is there any use of it fails with
+// INVALID_ARGUMENT ("ttpu_tensor_t was already destroyed"), getters return
+// their invalid-handle value, and destroying it again is a no-op. Beyond
+// that bound a use of the pointer is undefined behaviour.
 void ttpu_tensor_destroy(struct ttpu_tensor_t *tensor);
 
 // The element type (a `ttpu_dtype`), or -1 for an invalid handle.

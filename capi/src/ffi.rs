@@ -40,36 +40,125 @@ pub(crate) fn no_panic<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
+/// XORed into a type's `MAGIC` to mark a destroyed handle of that type.
+const DEAD_XOR: u64 = 0xdead_dead_dead_dead;
+
+/// How many destroyed handles (of all kinds together) are kept in
+/// quarantine, so that a use after `_destroy` is detected deterministically.
+pub(crate) const QUARANTINE_CAPACITY: usize = 65536;
+
+/// A destroyed handle's shell: its allocation, whose contents were already
+/// dropped, and the function that frees the allocation without dropping them.
+struct Shell {
+    ptr: *mut u8,
+    free: unsafe fn(*mut u8),
+}
+
+// SAFETY: a shell is only an allocation to free; nothing reads through it
+// except `Handle::borrow`/`destroy`, which read the magic field only.
+unsafe impl Send for Shell {}
+
+/// The most recently destroyed handles, oldest first.
+static QUARANTINE: std::sync::Mutex<std::collections::VecDeque<Shell>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// Frees a shell's allocation without running `T`'s destructor (its contents
+/// were moved out and dropped at `_destroy`).
+unsafe fn free_shell<T>(p: *mut u8) {
+    drop(Box::from_raw(p as *mut std::mem::ManuallyDrop<T>));
+}
+
 /// A heap object handed to C as an opaque pointer. `MAGIC` tags live objects
 /// so that a pointer of the wrong type is rejected instead of misread.
-pub(crate) trait Handle: Sized {
+///
+/// Use after destroy is detected, within a bound: `destroy` drops what the
+/// handle owns at once and marks it dead (magic `MAGIC ^ DEAD_XOR`), but
+/// keeps its small allocation (the shell) in a process-wide quarantine of
+/// the [`QUARANTINE_CAPACITY`] (65536) most recently destroyed handles of
+/// all kinds. While a handle's shell is in quarantine, any use of it fails
+/// with INVALID_ARGUMENT "...: <type> was already destroyed (use after
+/// ttpu_X_destroy)" (getters that return no error return their documented
+/// invalid-handle value), and a second `_destroy` is a no-op. Once 65536
+/// more handles have been destroyed the shell is freed and a use of the
+/// dangling pointer is undefined behaviour again.
+///
+/// Implement it with [`impl_handle!`], which reads the `magic` field through
+/// a raw pointer: a dead shell is never turned into a reference.
+pub(crate) trait Handle: Sized + 'static {
     const NAME: &'static str;
     const MAGIC: u64;
-    fn magic(&self) -> u64;
+    /// The magic of a destroyed handle of this type.
+    const DEAD: u64 = Self::MAGIC ^ DEAD_XOR;
+    /// The address of the `magic` field of the object at `p` (no reference
+    /// to the object is created).
+    unsafe fn magic_ptr(p: *const Self) -> *mut u64;
 
     /// Boxes `self` and returns the owning pointer.
     fn into_raw(self) -> *mut Self {
         Box::into_raw(Box::new(self))
     }
 
-    /// Borrows the object behind `ptr`.
+    /// Borrows the object behind `ptr`: INVALID_ARGUMENT for NULL, for a
+    /// destroyed handle still in quarantine, and for a pointer of another type.
     unsafe fn borrow<'a>(ptr: *const Self, what: &str) -> Result<&'a Self> {
         if ptr.is_null() {
             return Err(Error::InvalidArgument(format!("{what}: {} is NULL", Self::NAME)));
         }
-        let r = &*ptr;
-        if r.magic() != Self::MAGIC {
+        let magic = Self::magic_ptr(ptr).read();
+        if magic == Self::DEAD {
+            let kind = Self::NAME.trim_start_matches("ttpu_").trim_end_matches("_t");
+            return Err(Error::InvalidArgument(format!(
+                "{what}: {} was already destroyed (use after ttpu_{kind}_destroy)",
+                Self::NAME
+            )));
+        }
+        if magic != Self::MAGIC {
             return Err(Error::InvalidArgument(format!("{what}: pointer is not a live {}", Self::NAME)));
         }
-        Ok(r)
+        Ok(&*ptr)
     }
 
-    /// Frees the object behind `ptr` (NULL is a no-op).
+    /// Destroys the object behind `ptr`: drops its contents, marks it dead
+    /// and quarantines its shell. NULL, a handle already destroyed (still in
+    /// quarantine) and a pointer of another type are no-ops.
     unsafe fn destroy(ptr: *mut Self) {
-        if !ptr.is_null() && (*ptr).magic() == Self::MAGIC {
-            drop(Box::from_raw(ptr));
+        if ptr.is_null() {
+            return;
+        }
+        let (contents, evicted) = {
+            // The check and the mark happen under the lock, so two racing
+            // destroys of one handle drop it once.
+            let mut q = QUARANTINE.lock().unwrap_or_else(|e| e.into_inner());
+            let magic = Self::magic_ptr(ptr);
+            if magic.read() != Self::MAGIC {
+                return;
+            }
+            // Move the contents out; the shell keeps only bytes nobody reads
+            // but the magic, which now says dead.
+            let contents = std::ptr::read(ptr);
+            magic.write(Self::DEAD);
+            q.push_back(Shell { ptr: ptr as *mut u8, free: free_shell::<Self> });
+            let evicted = if q.len() > QUARANTINE_CAPACITY { q.pop_front() } else { None };
+            (contents, evicted)
+        };
+        drop(contents);
+        if let Some(s) = evicted {
+            (s.free)(s.ptr);
         }
     }
+}
+
+/// Implements [`Handle`] for a struct with a `magic: u64` field.
+macro_rules! impl_handle {
+    ($t:ty, $name:literal, $magic:expr) => {
+        impl $crate::ffi::Handle for $t {
+            const NAME: &'static str = $name;
+            const MAGIC: u64 = $magic;
+            unsafe fn magic_ptr(p: *const Self) -> *mut u64 {
+                std::ptr::addr_of!((*p).magic) as *mut u64
+            }
+        }
+    };
 }
 
 /// Writes `v` through `out` (checked for NULL).

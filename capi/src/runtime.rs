@@ -20,13 +20,7 @@ pub struct ttpu_runtime_t {
     platform_version: CString,
 }
 
-impl Handle for ttpu_runtime_t {
-    const NAME: &'static str = "ttpu_runtime_t";
-    const MAGIC: u64 = 0x7474_7075_5255_4e54;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-}
+impl_handle!(ttpu_runtime_t, "ttpu_runtime_t", 0x7474_7075_5255_4e54);
 
 /// A device of a runtime. Borrowed from the runtime: valid while it lives.
 pub struct ttpu_device_t {
@@ -38,13 +32,7 @@ pub struct ttpu_device_t {
     description: CString,
 }
 
-impl Handle for ttpu_device_t {
-    const NAME: &'static str = "ttpu_device_t";
-    const MAGIC: u64 = 0x7474_7075_4445_5643;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-}
+impl_handle!(ttpu_device_t, "ttpu_device_t", 0x7474_7075_4445_5643);
 
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "")).unwrap_or_default()
@@ -128,7 +116,13 @@ fn init_logging() {
 }
 
 /// Frees a runtime. Tensors created from it stay valid (they hold their
-/// device memory) but can no longer be used in calls. NULL is a no-op.
+/// device memory) but can no longer be used in calls. NULL is a no-op. Use
+/// after destroy is detected: the handle is marked destroyed and kept in a
+/// quarantine of the 65536 most recently destroyed handles (of all kinds), so
+/// while it is there any use of it fails with INVALID_ARGUMENT
+/// ("ttpu_runtime_t was already destroyed") and destroying it again is a
+/// no-op. Beyond that bound a use of the pointer is undefined behaviour. The
+/// runtime's `ttpu_device_t` pointers are freed with it and are not checked.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_destroy(runtime: *mut ttpu_runtime_t) {
     crate::ffi::no_panic((), || ttpu_runtime_t::destroy(runtime));

@@ -23,13 +23,7 @@ pub struct ttpu_stream_t {
     s: Stream,
 }
 
-impl Handle for ttpu_stream_t {
-    const NAME: &'static str = "ttpu_stream_t";
-    const MAGIC: u64 = 0x7474_7075_5354_524d;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-}
+impl_handle!(ttpu_stream_t, "ttpu_stream_t", 0x7474_7075_5354_524d);
 
 impl ttpu_stream_t {
     fn new(s: Stream) -> *mut ttpu_stream_t {
@@ -43,13 +37,7 @@ pub struct ttpu_event_t {
     e: StreamEvent,
 }
 
-impl Handle for ttpu_event_t {
-    const NAME: &'static str = "ttpu_event_t";
-    const MAGIC: u64 = 0x7474_7075_4556_4e54;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-}
+impl_handle!(ttpu_event_t, "ttpu_event_t", 0x7474_7075_4556_4e54);
 
 /// Creates a new stream on device `device` of `runtime`. On success
 /// `*out_stream` owns a handle; free it with `ttpu_stream_destroy`. The stream
@@ -110,7 +98,12 @@ pub unsafe extern "C" fn ttpu_stream_current(
 
 /// Frees a stream handle. When it was the last reference to a created
 /// stream, this waits for the work queued on it to run, then ends the
-/// stream's worker thread. NULL is a no-op.
+/// stream's worker thread. NULL is a no-op. Use after destroy is detected:
+/// the handle is marked destroyed and kept in a quarantine of the 65536 most
+/// recently destroyed handles (of all kinds), so while it is there any use of
+/// it fails with INVALID_ARGUMENT ("ttpu_stream_t was already destroyed"),
+/// getters return their invalid-handle value, and destroying it again is a
+/// no-op. Beyond that bound a use of the pointer is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_stream_destroy(stream: *mut ttpu_stream_t) {
     crate::ffi::no_panic((), || ttpu_stream_t::destroy(stream));
@@ -207,13 +200,19 @@ pub unsafe extern "C" fn ttpu_stream_set_current(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_event_create(out_event: *mut *mut ttpu_event_t) -> *mut ttpu_error_t {
     ffi_boundary!({
+        check_out(out_event, "ttpu_event_create")?;
         let h = ttpu_event_t { magic: ttpu_event_t::MAGIC, e: StreamEvent::new() };
         write_out(out_event, "ttpu_event_create", h.into_raw())
     })
 }
 
 /// Frees an event. Streams already waiting on it still wait for its record.
-/// NULL is a no-op.
+/// NULL is a no-op. Use after destroy is detected: the handle is marked
+/// destroyed and kept in a quarantine of the 65536 most recently destroyed
+/// handles (of all kinds), so while it is there any use of it fails with
+/// INVALID_ARGUMENT ("ttpu_event_t was already destroyed") and destroying it
+/// again is a no-op. Beyond that bound a use of the pointer is undefined
+/// behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_event_destroy(event: *mut ttpu_event_t) {
     crate::ffi::no_panic((), || ttpu_event_t::destroy(event));

@@ -35,13 +35,7 @@ pub struct ttpu_tensor_t {
     pub(crate) t: Tensor,
 }
 
-impl Handle for ttpu_tensor_t {
-    const NAME: &'static str = "ttpu_tensor_t";
-    const MAGIC: u64 = 0x7474_7075_5445_4e53;
-    fn magic(&self) -> u64 {
-        self.magic
-    }
-}
+impl_handle!(ttpu_tensor_t, "ttpu_tensor_t", 0x7474_7075_5445_4e53);
 
 impl ttpu_tensor_t {
     pub(crate) fn new(t: Tensor) -> *mut ttpu_tensor_t {
@@ -125,12 +119,18 @@ pub unsafe extern "C" fn ttpu_tensor_retain(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let t = &ttpu_tensor_t::borrow(tensor, "ttpu_tensor_retain")?.t;
+        check_out(out_tensor, "ttpu_tensor_retain")?;
         write_out(out_tensor, "ttpu_tensor_retain", ttpu_tensor_t::new(t.clone()))
     })
 }
 
 /// Frees a tensor handle; the device memory is freed with its last view.
-/// NULL is a no-op.
+/// NULL is a no-op. Use after destroy is detected: the handle is marked
+/// destroyed and kept in a quarantine of the 65536 most recently destroyed
+/// handles (of all kinds), so while it is there any use of it fails with
+/// INVALID_ARGUMENT ("ttpu_tensor_t was already destroyed"), getters return
+/// their invalid-handle value, and destroying it again is a no-op. Beyond
+/// that bound a use of the pointer is undefined behaviour.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_tensor_destroy(tensor: *mut ttpu_tensor_t) {
     crate::ffi::no_panic((), || ttpu_tensor_t::destroy(tensor));

@@ -12,6 +12,35 @@ pub fn numel(sizes: &[i64]) -> i64 {
     sizes.iter().product()
 }
 
+/// The most bytes one tensor may have: 2^40 (1 TiB). No accelerator holds
+/// that much in one memory (an H200 has 141 GB, a TPU v5p 95 GB), so a
+/// larger result can only be a bad shape (`aten::full([1 << 40], ...)`, an
+/// overflowing product); it is rejected before anything is compiled or
+/// allocated. A fixed cap rather than the device's reported memory: PJRT's
+/// CPU plugin reports none, and the cap only has to stop absurd shapes.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 40;
+
+/// Checks that a tensor of `sizes` and elements of `itemsize` bytes has no
+/// negative size and at most [`MAX_TENSOR_BYTES`] bytes (computed without
+/// overflow); returns its numel. `what` names the op and the tensor.
+pub fn checked_numel(what: &str, sizes: &[i64], itemsize: usize) -> Result<i64> {
+    if let Some(bad) = sizes.iter().find(|&&s| s < 0) {
+        return Err(Error::InvalidArgument(format!("{what}: negative size {bad} in shape {}", fmt(sizes))));
+    }
+    if sizes.contains(&0) {
+        return Ok(0);
+    }
+    let numel = sizes.iter().try_fold(1u64, |n, &s| n.checked_mul(s as u64));
+    match numel.and_then(|n| n.checked_mul(itemsize as u64).map(|b| (n, b))) {
+        Some((n, bytes)) if bytes <= MAX_TENSOR_BYTES => Ok(n as i64),
+        _ => Err(Error::ResourceExhausted(format!(
+            "{what}: a tensor of shape {} with {itemsize}-byte elements would exceed the {MAX_TENSOR_BYTES}-byte \
+             (1 TiB) limit on one tensor",
+            fmt(sizes)
+        ))),
+    }
+}
+
 /// Row-major strides for `sizes`.
 pub fn contiguous_strides(sizes: &[i64]) -> Dims {
     let mut strides: Dims = smallvec::smallvec![1; sizes.len()];
@@ -182,6 +211,21 @@ pub fn view_strides(old_sizes: &[i64], old_strides: &[i64], new_sizes: &[i64]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checked_numel_caps_and_overflow() {
+        assert_eq!(checked_numel("t", &[2, 3], 4).unwrap(), 6);
+        assert_eq!(checked_numel("t", &[0, 1 << 62], 8).unwrap(), 0);
+        assert_eq!(checked_numel("t", &[], 4).unwrap(), 1);
+        assert_eq!(checked_numel("t", &[1 << 38], 4).unwrap(), 1 << 38); // exactly 1 TiB
+        for sizes in [&[1i64 << 40][..], &[1 << 38, 5], &[1 << 32, 1 << 32], &[i64::MAX, i64::MAX, 2]] {
+            let e = checked_numel("aten::full: result", sizes, 4).unwrap_err();
+            assert_eq!(e.code(), crate::error::Code::ResourceExhausted, "{e}");
+            assert!(e.to_string().contains("aten::full") && e.to_string().contains(&fmt(sizes)), "{e}");
+        }
+        let e = checked_numel("from_host", &[2, -1], 4).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)) && e.to_string().contains("negative size -1"), "{e}");
+    }
 
     #[test]
     fn broadcasting() {

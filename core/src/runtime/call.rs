@@ -176,6 +176,9 @@ pub(crate) fn lower_call(
     let mut reads = Vec::with_capacity(tensors.len());
     let mut offsets = Vec::with_capacity(tensors.len());
     for (ti, t) in tensors.iter().enumerate() {
+        // A view may be far larger than its storage (expand with stride 0);
+        // reading it in a program materializes it.
+        shape::checked_numel(&format!("{op}: input tensor {ti}"), &t.sizes, t.dtype.size())?;
         let offset = (t.layout != Layout::Whole).then(|| cx.param(Ty::scalar(Elem::I64), ParamSrc::Offset(ti)));
         reads.push(view::read(&mut cx.f, slot_vals[t.slot], &t.layout, offset, &t.sizes, &t.strides));
         offsets.push(offset);
@@ -188,13 +191,14 @@ pub(crate) fn lower_call(
     let schema = &def.schema;
     let mut outputs: Vec<V> = Vec::new();
     let mut specs: Vec<Out> = Vec::new();
-    let new_output = |cx: &mut Cx, v: V, outputs: &mut Vec<V>, specs: &mut Vec<Out>| {
+    let new_output = |cx: &mut Cx, v: V, outputs: &mut Vec<V>, specs: &mut Vec<Out>| -> Result<usize> {
         let sizes: Dims = cx.dims(v).into();
         let dtype = cx.dtype(v);
-        let flat_v = cx.f.reshape(v, &[shape::numel(&sizes)]);
+        let numel = shape::checked_numel(&format!("{op}: result"), &sizes, dtype.size())?;
+        let flat_v = cx.f.reshape(v, &[numel]);
         outputs.push(flat_v);
         specs.push(Out::New { sizes, dtype });
-        outputs.len() - 1
+        Ok(outputs.len() - 1)
     };
     let mut slot_new: Vec<Option<V>> = vec![None; slot_vals.len()];
     let mut write = |cx: &mut Cx, arg: usize, v: V| -> Result<()> {
@@ -228,7 +232,7 @@ pub(crate) fn lower_call(
 
     let mut returns = Vec::new();
     if schema.returns.len() == 1 && schema.returns[0] == "Tensor[]" {
-        let ids = outs.iter().map(|&v| new_output(cx, v, &mut outputs, &mut specs)).collect();
+        let ids = outs.iter().map(|&v| new_output(cx, v, &mut outputs, &mut specs)).collect::<Result<_>>()?;
         returns.push(Ret::List(ids));
     } else if schema.returns.is_empty() {
         // Ops returning nothing (`_foreach_add_`) give the new values of
@@ -250,7 +254,7 @@ pub(crate) fn lower_call(
                     write(cx, arg, v)?;
                     returns.push(Ret::Alias(arg));
                 }
-                _ => returns.push(Ret::Tensor(new_output(cx, v, &mut outputs, &mut specs))),
+                _ => returns.push(Ret::Tensor(new_output(cx, v, &mut outputs, &mut specs)?)),
             }
         }
     }

@@ -224,10 +224,7 @@ impl Runtime {
     /// endianness, `dtype` elements of shape `sizes`).
     pub fn tensor_from_host(&self, data: &[u8], dtype: DType, sizes: &[i64], device: usize) -> Result<Tensor> {
         let device = self.device(device as i64)?;
-        if let Some(bad) = sizes.iter().find(|&&s| s < 0) {
-            return Err(Error::InvalidArgument(format!("from_host: negative size {bad} in shape {}", shape::fmt(sizes))));
-        }
-        let numel = shape::numel(sizes);
+        let numel = shape::checked_numel("from_host", sizes, dtype.size())?;
         let want = numel as usize * dtype.size();
         if data.len() != want {
             return Err(Error::InvalidArgument(format!(

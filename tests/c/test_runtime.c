@@ -1,0 +1,113 @@
+/* The runtime area: create (options, struct_size), devices, modes, stats,
+ * versions, NULL and destroyed runtimes. */
+#include "check.h"
+
+int main(void) {
+    /* Version macros agree with the library. */
+    CHECK(ttpu_api_version() == TTPU_API_MAJOR * 1000u + TTPU_API_MINOR);
+    const char *v = ttpu_version();
+    CHECK(v != NULL && strlen(v) >= 5 && strchr(v, '.') != NULL);
+
+    /* Options: wrong struct_size, negative device count, NULL out. */
+    ttpu_runtime_options_t opts;
+    memset(&opts, 0, sizeof opts);
+    ttpu_runtime_t *rt = NULL;
+    opts.struct_size = sizeof opts - 1;
+    CHECK_CODE_MSG(ttpu_runtime_create(&opts, &rt), TTPU_CODE_INVALID_ARGUMENT, "struct_size");
+    CHECK(rt == NULL);
+    opts.struct_size = 0;
+    CHECK_CODE(ttpu_runtime_create(&opts, &rt), TTPU_CODE_INVALID_ARGUMENT);
+    opts.struct_size = sizeof opts;
+    opts.cpu_device_count = -1;
+    CHECK_CODE(ttpu_runtime_create(&opts, &rt), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_runtime_create(NULL, NULL), TTPU_CODE_INVALID_ARGUMENT);
+
+    /* A larger struct_size (a newer caller) is accepted. */
+    struct { ttpu_runtime_options_t v1; int64_t future; } bigger;
+    memset(&bigger, 0, sizeof bigger);
+    bigger.v1.struct_size = sizeof bigger;
+    bigger.v1.cpu_device_count = 2;
+    CHECK_OK(ttpu_runtime_create(&bigger.v1, &rt));
+
+    CHECK(ttpu_runtime_platform_name(rt) != NULL);
+    CHECK(strlen(ttpu_runtime_platform_name(rt)) > 0);
+    CHECK(ttpu_runtime_platform_version(rt) != NULL);
+    CHECK(ttpu_runtime_platform_name(NULL) == NULL);
+
+    /* Devices. */
+    size_t n = 0;
+    CHECK_OK(ttpu_runtime_device_count(rt, &n));
+    CHECK(n == 2);
+    for (size_t i = 0; i < n; i++) {
+        const ttpu_device_t *d = NULL;
+        CHECK_OK(ttpu_runtime_device(rt, (int64_t)i, &d));
+        CHECK(ttpu_device_index(d) == (int64_t)i);
+        CHECK(ttpu_device_kind(d) != NULL);
+        CHECK(ttpu_device_description(d) != NULL);
+        CHECK(ttpu_device_id(d) >= 0);
+    }
+    const ttpu_device_t *d = NULL;
+    CHECK_CODE(ttpu_runtime_device(rt, (int64_t)n, &d), TTPU_CODE_OUT_OF_RANGE);
+    CHECK_CODE(ttpu_runtime_device(rt, -1, &d), TTPU_CODE_OUT_OF_RANGE);
+    CHECK(d == NULL);
+    CHECK(ttpu_device_index(NULL) == -1);
+    /* A runtime pointer passed as a device is rejected by its magic. */
+    CHECK(ttpu_device_index((const ttpu_device_t *)rt) == -1);
+
+    /* Modes. */
+    int32_t old = ttpu_get_mode();
+    CHECK(old == TTPU_MODE_DEFER_NEVER);
+    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING));
+    CHECK(ttpu_get_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_AND_FUSE);
+    CHECK(ttpu_get_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK_OK(ttpu_set_thread_mode(-1));
+    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK_CODE_MSG(ttpu_set_mode(7), TTPU_CODE_INVALID_ARGUMENT, "unknown execution mode");
+    CHECK_CODE(ttpu_set_mode(-1), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_set_thread_mode(3), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_OK(ttpu_set_mode(old));
+    CHECK(ttpu_get_mode() == old);
+
+    /* Stats: struct_size checked, fields filled. */
+    ttpu_stats_t st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st - 8;
+    CHECK_CODE(ttpu_runtime_stats(rt, &st), TTPU_CODE_INVALID_ARGUMENT);
+    st.struct_size = sizeof st;
+    CHECK_OK(ttpu_runtime_stats(rt, &st));
+    CHECK(st.struct_size == sizeof st);
+    CHECK_CODE(ttpu_runtime_stats(rt, NULL), TTPU_CODE_INVALID_ARGUMENT);
+
+    /* Memory, sync, seed, cache. */
+    int64_t live = -1, peak = -1;
+    CHECK_OK(ttpu_runtime_memory(rt, 0, &live, &peak));
+    CHECK(live >= 0 && peak >= live);
+    CHECK_CODE(ttpu_runtime_memory(rt, 0, &live, NULL), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_OK(ttpu_runtime_synchronize(rt));
+    CHECK_OK(ttpu_runtime_manual_seed(rt, 42));
+    CHECK_OK(ttpu_runtime_clear_cache(rt));
+
+    /* NULL runtimes. */
+    CHECK_CODE_MSG(ttpu_runtime_device_count(NULL, &n), TTPU_CODE_INVALID_ARGUMENT, "ttpu_runtime_t is NULL");
+    CHECK_CODE(ttpu_runtime_synchronize(NULL), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_runtime_device_count(rt, NULL), TTPU_CODE_INVALID_ARGUMENT);
+    ttpu_runtime_destroy(NULL);
+
+    /* Errors: NULL is "no error". */
+    CHECK(ttpu_error_code(NULL) == TTPU_CODE_OK);
+    CHECK(strcmp(ttpu_error_message(NULL), "") == 0);
+    ttpu_error_destroy(NULL);
+
+    /* Use after destroy is detected; a second destroy is a no-op. */
+    ttpu_runtime_destroy(rt);
+    CHECK_CODE_MSG(ttpu_runtime_device_count(rt, &n), TTPU_CODE_INVALID_ARGUMENT,
+                   "ttpu_runtime_t was already destroyed (use after ttpu_runtime_destroy)");
+    CHECK(ttpu_runtime_platform_name(rt) == NULL);
+    ttpu_runtime_destroy(rt);
+
+    printf("test_runtime: ok\n");
+    return 0;
+}

@@ -1,0 +1,138 @@
+/* The tensor area: host round trips per dtype, metadata, bad sizes, NULL
+ * and destroyed handles, retain. */
+#include "check.h"
+
+static ttpu_tensor_t *from_host(ttpu_runtime_t *rt, const void *data, size_t nbytes, int32_t dtype,
+                                const int64_t *sizes, size_t ndim) {
+    ttpu_tensor_t *t = NULL;
+    CHECK_OK(ttpu_tensor_from_host(rt, data, nbytes, dtype, sizes, ndim, 0, &t));
+    CHECK(t != NULL);
+    CHECK(ttpu_tensor_dtype(t) == dtype);
+    CHECK(ttpu_tensor_ndim(t) == ndim);
+    for (size_t i = 0; i < ndim; i++) CHECK(ttpu_tensor_sizes(t)[i] == sizes[i]);
+    return t;
+}
+
+int main(void) {
+    ttpu_runtime_t *rt = test_runtime();
+
+    /* float32, 2x3: metadata and round trip. */
+    const float f[6] = {1.5f, -2.0f, 3.25f, 0.0f, 1e30f, -1e-30f};
+    const int64_t s23[2] = {2, 3};
+    ttpu_tensor_t *tf = from_host(rt, f, sizeof f, TTPU_DTYPE_FLOAT32, s23, 2);
+    CHECK(ttpu_tensor_numel(tf) == 6);
+    CHECK(ttpu_tensor_strides(tf)[0] == 3 && ttpu_tensor_strides(tf)[1] == 1);
+    CHECK(ttpu_tensor_offset(tf) == 0);
+    CHECK(ttpu_tensor_device(tf) == 0);
+    CHECK(ttpu_tensor_storage_numel(tf) == 6);
+    float fb[6];
+    CHECK_OK(ttpu_tensor_to_host(rt, tf, fb, sizeof fb));
+    CHECK(memcmp(f, fb, sizeof f) == 0);
+
+    /* int64 */
+    const int64_t l[4] = {INT64_MIN, -1, 0, INT64_MAX};
+    const int64_t s4[1] = {4};
+    ttpu_tensor_t *tl = from_host(rt, l, sizeof l, TTPU_DTYPE_INT64, s4, 1);
+    int64_t lb[4];
+    CHECK_OK(ttpu_tensor_to_host(rt, tl, lb, sizeof lb));
+    CHECK(memcmp(l, lb, sizeof l) == 0);
+
+    /* uint8 */
+    const uint8_t u[5] = {0, 1, 127, 128, 255};
+    const int64_t s5[1] = {5};
+    ttpu_tensor_t *tu = from_host(rt, u, sizeof u, TTPU_DTYPE_UINT8, s5, 1);
+    uint8_t ub[5];
+    CHECK_OK(ttpu_tensor_to_host(rt, tu, ub, sizeof ub));
+    CHECK(memcmp(u, ub, sizeof u) == 0);
+
+    /* bool, 2x2 */
+    const bool b[4] = {true, false, false, true};
+    const int64_t s22[2] = {2, 2};
+    ttpu_tensor_t *tb = from_host(rt, b, sizeof b, TTPU_DTYPE_BOOL, s22, 2);
+    bool bb[4];
+    CHECK_OK(ttpu_tensor_to_host(rt, tb, bb, sizeof bb));
+    CHECK(memcmp(b, bb, sizeof b) == 0);
+
+    /* A scalar (ndim 0) and an empty tensor. */
+    const float one = 1.0f;
+    ttpu_tensor_t *ts = from_host(rt, &one, sizeof one, TTPU_DTYPE_FLOAT32, NULL, 0);
+    CHECK(ttpu_tensor_numel(ts) == 1);
+    const int64_t s0[2] = {0, 3};
+    ttpu_tensor_t *te = from_host(rt, NULL, 0, TTPU_DTYPE_FLOAT32, s0, 2);
+    CHECK(ttpu_tensor_numel(te) == 0);
+    CHECK_OK(ttpu_tensor_to_host(rt, te, NULL, 0));
+
+    /* Wrong byte counts, both ways. */
+    ttpu_tensor_t *bad = NULL;
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f - 4, TTPU_DTYPE_FLOAT32, s23, 2, 0, &bad),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f + 4, TTPU_DTYPE_FLOAT32, s23, 2, 0, &bad),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE_MSG(ttpu_tensor_to_host(rt, tf, fb, sizeof fb - 1), TTPU_CODE_INVALID_ARGUMENT, "destination has");
+    CHECK_CODE(ttpu_tensor_to_host(rt, tf, NULL, sizeof fb), TTPU_CODE_INVALID_ARGUMENT);
+    /* Negative sizes, unknown dtype, NULL pointers with lengths, bad device. */
+    const int64_t neg[2] = {2, -3};
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f, TTPU_DTYPE_FLOAT32, neg, 2, 0, &bad),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f, 99, s23, 2, 0, &bad), TTPU_CODE_UNIMPLEMENTED);
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f, TTPU_DTYPE_FLOAT32, NULL, 2, 0, &bad),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_tensor_from_host(rt, NULL, sizeof f, TTPU_DTYPE_FLOAT32, s23, 2, 0, &bad),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f, TTPU_DTYPE_FLOAT32, s23, 2, 99, &bad),
+               TTPU_CODE_OUT_OF_RANGE);
+    CHECK_CODE(ttpu_tensor_from_host(rt, f, sizeof f, TTPU_DTYPE_FLOAT32, s23, 2, 0, NULL),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK(bad == NULL);
+
+    /* NULL handles. */
+    CHECK_CODE_MSG(ttpu_tensor_to_host(rt, NULL, fb, sizeof fb), TTPU_CODE_INVALID_ARGUMENT, "ttpu_tensor_t is NULL");
+    CHECK_CODE(ttpu_tensor_to_host(NULL, tf, fb, sizeof fb), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_tensor_from_host(NULL, f, sizeof f, TTPU_DTYPE_FLOAT32, s23, 2, 0, &bad),
+               TTPU_CODE_INVALID_ARGUMENT);
+    CHECK(ttpu_tensor_dtype(NULL) == -1);
+    CHECK(ttpu_tensor_ndim(NULL) == 0);
+    CHECK(ttpu_tensor_sizes(NULL) == NULL);
+    CHECK(ttpu_tensor_numel(NULL) == -1);
+    CHECK(!ttpu_tensor_same_storage(NULL, tf));
+    ttpu_tensor_destroy(NULL);
+    /* A pointer of the wrong type is rejected by its magic. */
+    CHECK_CODE_MSG(ttpu_tensor_to_host(rt, (const ttpu_tensor_t *)rt, fb, sizeof fb), TTPU_CODE_INVALID_ARGUMENT,
+                   "not a live ttpu_tensor_t");
+
+    /* Retain: a second handle to the same storage outlives the first. */
+    ttpu_tensor_t *tf2 = NULL;
+    CHECK_OK(ttpu_tensor_retain(tf, &tf2));
+    CHECK(tf2 != tf && ttpu_tensor_same_storage(tf, tf2));
+    CHECK_CODE(ttpu_tensor_retain(tf, NULL), TTPU_CODE_INVALID_ARGUMENT);
+
+    /* Destroyed handle reuse: deterministic INVALID_ARGUMENT; double destroy
+     * is a no-op; the retained handle still works. */
+    ttpu_tensor_destroy(tf);
+    CHECK_CODE_MSG(ttpu_tensor_to_host(rt, tf, fb, sizeof fb), TTPU_CODE_INVALID_ARGUMENT,
+                   "ttpu_tensor_t was already destroyed (use after ttpu_tensor_destroy)");
+    CHECK(ttpu_tensor_numel(tf) == -1);
+    CHECK(ttpu_tensor_sizes(tf) == NULL);
+    ttpu_tensor_t *tf3 = NULL;
+    CHECK_CODE(ttpu_tensor_retain(tf, &tf3), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK(tf3 == NULL);
+    ttpu_value_t args[2] = {test_tensor_arg(tf), test_tensor_arg(tf2)};
+    ttpu_value_t outv[1];
+    size_t nout = 0;
+    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::add.Tensor", args, 2, outv, 1, &nout), TTPU_CODE_INVALID_ARGUMENT,
+                   "already destroyed");
+    ttpu_tensor_destroy(tf);
+    ttpu_tensor_destroy(tf);
+    CHECK_OK(ttpu_tensor_to_host(rt, tf2, fb, sizeof fb));
+    CHECK(memcmp(f, fb, sizeof f) == 0);
+
+    ttpu_tensor_destroy(tf2);
+    ttpu_tensor_destroy(tl);
+    ttpu_tensor_destroy(tu);
+    ttpu_tensor_destroy(tb);
+    ttpu_tensor_destroy(ts);
+    ttpu_tensor_destroy(te);
+    ttpu_runtime_destroy(rt);
+    printf("test_tensor: ok\n");
+    return 0;
+}
