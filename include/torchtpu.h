@@ -402,6 +402,10 @@ int32_t ttpu_get_mode(void);
 // Overrides the mode for the calling thread; -1 follows the process mode again.
 struct ttpu_error_t *ttpu_set_thread_mode(int32_t mode);
 
+// The calling thread's own mode override, or -1 when it follows the
+// process mode (what `ttpu_set_thread_mode` restores a guard to).
+int32_t ttpu_thread_mode(void);
+
 // The mode in effect on the calling thread.
 int32_t ttpu_current_mode(void);
 

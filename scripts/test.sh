@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: setup (idempotent), Rust unit and integration tests, the
-# header drift and standalone-compile checks, the C++ bindings (CTest, the
+# header drift and standalone-compile checks, the C ABI tests under ASan,
+# UBSan and LSan, the C++ bindings (CTest, the
 # installed CMake package and its example, and a sanitizer run), and the
 # Python conformance suite against PyTorch on CPU (every test in strict,
 # debug and fused mode).
@@ -15,6 +16,9 @@ cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test resu
 
 step "C header: drift against capi/ and standalone compile as C11 and C++17"
 scripts/check-header.sh
+
+step "C ABI tests under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer"
+tests/c/run.sh
 
 step "C++ bindings: CTest, install, the installed-package example, ASan+UBSan"
 bindings/cpp/run-tests.sh

@@ -321,6 +321,13 @@ pub extern "C" fn ttpu_set_thread_mode(mode: i32) -> *mut ttpu_error_t {
     ffi_boundary!({ runtime::set_thread_mode(if mode == -1 { None } else { Some(mode_from(mode)?) }) })
 }
 
+/// The calling thread's own mode override, or -1 when it follows the
+/// process mode (what `ttpu_set_thread_mode` restores a guard to).
+#[no_mangle]
+pub extern "C" fn ttpu_thread_mode() -> i32 {
+    runtime::thread_mode().map_or(-1, |m| m as i32)
+}
+
 /// The mode in effect on the calling thread.
 #[no_mangle]
 pub extern "C" fn ttpu_current_mode() -> i32 {

@@ -75,7 +75,7 @@ fn register_unary(r: &mut Registry) {
     use UnaryOut::*;
     let table: &[(&str, UnaryOut, fn(&mut Func, V) -> V)] = &[
         ("neg", Same, |f, x| f.neg(x)),
-        ("abs", Same, |f, x| f.unary("stablehlo.abs", x)),
+        ("abs", Same, |f, x| if f.ty(x).elem.is_unsigned() { x } else { f.unary("stablehlo.abs", x) }),
         ("exp", Float, |f, x| f.unary("stablehlo.exponential", x)),
         ("expm1", Float, |f, x| f.unary("stablehlo.exponential_minus_one", x)),
         ("log", Float, |f, x| f.unary("stablehlo.log", x)),
@@ -110,7 +110,17 @@ fn register_unary(r: &mut Registry) {
         ("ceil", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.ceil", x) } else { x }),
         ("round", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.round_nearest_even", x) } else { x }),
         ("trunc", Same, |f, x| if f.ty(x).elem.is_float() { trunc(f, x) } else { x }),
-        ("sign", Same, |f, x| if f.ty(x).elem == crate::hlo::Elem::Pred { x } else { f.unary("stablehlo.sign", x) }),
+        ("sign", Same, |f, x| {
+            if f.ty(x).elem.is_unsigned() {
+                // Unsigned (and bool): 1 where nonzero, else 0.
+                let zero = f.full_like(x, 0.0);
+                let nz = f.compare(Cmp::Ne, x, zero);
+                let elem = f.ty(x).elem;
+                f.convert(nz, elem)
+            } else {
+                f.unary("stablehlo.sign", x)
+            }
+        }),
     ];
     for &(name, out, body) in table {
         unary(r, name, out, body);
@@ -338,7 +348,10 @@ fn register_binary(r: &mut Registry) {
     r.op_and_inplace("aten::floor_divide(Tensor self, Tensor other) -> Tensor", |cx, a| {
         Ok(vec![divide(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, Some("floor"))?])
     });
-    binary(r, "remainder", |cx, a, b, _| {
+    binary(r, "remainder", |cx, a, b, d| {
+        if d == DType::Bool {
+            bail_op!(&*cx.op, "\"remainder_cpu\" not implemented for 'Bool'");
+        }
         let f = &mut cx.f;
         let m = f.binary("stablehlo.remainder", a, b);
         // Python semantics: the result has the sign of the divisor.
@@ -346,7 +359,12 @@ fn register_binary(r: &mut Registry) {
         let mb = f.add(m, b);
         Ok(f.select(adjust, mb, m))
     });
-    binary(r, "fmod", |cx, a, b, _| Ok(cx.f.binary("stablehlo.remainder", a, b)));
+    binary(r, "fmod", |cx, a, b, d| {
+        if d == DType::Bool {
+            bail_op!(&*cx.op, "\"fmod_cpu\" not implemented for 'Bool'");
+        }
+        Ok(cx.f.binary("stablehlo.remainder", a, b))
+    });
     for name in ["maximum", "minimum"] {
         let max = name == "maximum";
         r.op(&format!("aten::{name}(Tensor self, Tensor other) -> Tensor"), move |cx, a| {

@@ -123,8 +123,14 @@ impl Runtime {
                     Src::Param(rec.param(&b, s.dtype(), s.numel()))
                 }
                 StorageValue::Pending { recording, node, out } if recording == rec.id => Src::Node { node, out },
-                StorageValue::Pending { .. } => {
-                    return Err(Error::Internal(format!("{op}: input pending in a recording that was already flushed")))
+                StorageValue::Pending { recording, .. } => {
+                    // Only a failed flush leaves values pending in a finished
+                    // recording: report its error, as a host read would.
+                    let msg = self.failed.lock().get(&recording).cloned().unwrap_or_else(|| "unknown error".into());
+                    return Err(Error::op(
+                        op,
+                        format!("an input was never computed: the fused program that computes it failed: {msg}"),
+                    ));
                 }
             });
         }

@@ -210,8 +210,7 @@ inline Mode current_mode() { return static_cast<Mode>(ttpu_current_mode()); }
 class ThreadModeGuard {
  public:
   explicit ThreadModeGuard(Mode m) {
-    const int32_t current = ttpu_current_mode();
-    prev_ = current == ttpu_get_mode() ? -1 : current;
+    prev_ = ttpu_thread_mode();
     detail::check(ttpu_set_thread_mode(static_cast<int32_t>(m)));
   }
   ThreadModeGuard(const ThreadModeGuard&) = delete;
