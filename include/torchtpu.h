@@ -307,7 +307,8 @@ struct ttpu_error_t *ttpu_runtime_last_miss_explanation(const struct ttpu_runtim
 // per element. Every TENSOR result owns a new handle, which the caller frees
 // with `ttpu_tensor_destroy` (an in-place op returns a new handle to the
 // argument it wrote). If `capacity` is too small, nothing is written and the
-// error (RESOURCE_EXHAUSTED) says how many values the call needs.
+// error (RESOURCE_EXHAUSTED) says how many values the call needs; the op did
+// not run, unless it returns a `Tensor[]` (whose length is only known after).
 struct ttpu_error_t *ttpu_op_call(const struct ttpu_runtime_t *runtime,
                                   const char *name,
                                   const struct ttpu_value_t *args,

@@ -112,7 +112,8 @@ fn tensor_value(t: Tensor) -> ttpu_value_t {
 /// per element. Every TENSOR result owns a new handle, which the caller frees
 /// with `ttpu_tensor_destroy` (an in-place op returns a new handle to the
 /// argument it wrote). If `capacity` is too small, nothing is written and the
-/// error (RESOURCE_EXHAUSTED) says how many values the call needs.
+/// error (RESOURCE_EXHAUSTED) says how many values the call needs; the op did
+/// not run, unless it returns a `Tensor[]` (whose length is only known after).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_call(
     runtime: *const ttpu_runtime_t,
@@ -129,6 +130,16 @@ pub unsafe extern "C" fn ttpu_op_call(
         check_out(out_count, name)?;
         let raw = slice_arg(args, nargs, name)?;
         let values: Vec<Value> = raw.iter().enumerate().map(|(i, v)| to_value(v, name, i)).collect::<Result<_>>()?;
+        // Check the capacity before running when the schema fixes the result
+        // count, so that a too-small buffer never leaves an in-place op done.
+        let reg = registry();
+        let returns = &reg.get(reg.lookup(name)?).schema.returns;
+        if !returns.iter().any(|t| t == "Tensor[]") && returns.len() > capacity {
+            return Err(Error::ResourceExhausted(format!(
+                "{name} returns {} values but out_values has capacity {capacity}",
+                returns.len()
+            )));
+        }
         let results = r.rt.call(name, &values)?;
         let mut flat: Vec<Option<Tensor>> = Vec::new();
         for v in results {

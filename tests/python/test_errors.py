@@ -13,7 +13,7 @@ import torch
 
 import torchtpu
 from torchtpu._capi import check as check_err, ffi, lib
-from conftest import call, check, tpu
+from conftest import call, check, cpu, tpu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,6 +107,15 @@ def test_result_capacity_and_byte_counts(rt):
     count = ffi.new("size_t*")
     with pytest.raises(torchtpu.ResourceExhaustedError, match="capacity 0"):
         check_err(lib.ttpu_op_call(rt.handle, b"aten::neg", args, 1, ffi.NULL, 0, count))
+    # An in-place op refused for capacity did not run: the tensor is unchanged.
+    args2 = ffi.new("ttpu_value_t[]", 2)
+    args2[0].kind = lib.TTPU_VALUE_KIND_TENSOR
+    args2[0].ptr = x.handle
+    args2[1].kind = lib.TTPU_VALUE_KIND_SCALAR_INT
+    args2[1].i = 5
+    with pytest.raises(torchtpu.ResourceExhaustedError, match="capacity 0"):
+        check_err(lib.ttpu_op_call(rt.handle, b"aten::add_.Scalar", args2, 2, ffi.NULL, 0, count))
+    check(cpu(x), torch.ones(3))
     buf = ffi.new("char[]", 4)
     with pytest.raises(torchtpu.InvalidArgumentError, match="12"):
         check_err(lib.ttpu_tensor_to_host(rt.handle, x.handle, buf, 4))
