@@ -165,23 +165,15 @@ fn register_fill(r: &mut Registry) {
 /// truncated bounds, half types in f32 and the rest in their own type, as
 /// PyTorch's CPU kernel does with its accumulate types.
 fn range_values(cx: &mut Cx, start: Scalar, step: Scalar, n: i64, dtype: DType) -> V {
-    if dtype.is_float() {
-        let t = Ty::new(dtype.opmath(), &[n]);
-        let i = cx.f.iota(&t, 0);
-        let st = cx.f.splat(&t, step.to_f64());
-        let s0 = cx.f.splat(&t, start.to_f64());
-        let m = cx.f.mul(i, st);
-        let v = cx.f.add(s0, m);
-        cx.f.convert(v, dtype)
-    } else {
-        let t = Ty::new(Elem::I64, &[n]);
-        let i = cx.f.iota(&t, 0);
-        let st = cx.f.splat_int(&t, step.to_i64());
-        let s0 = cx.f.splat_int(&t, start.to_i64());
-        let m = cx.f.mul(i, st);
-        let v = cx.f.add(s0, m);
-        cx.f.convert(v, dtype)
-    }
+    let float = dtype.is_float();
+    let t = Ty::new(if float { dtype.opmath().into() } else { Elem::I64 }, &[n]);
+    let constant = |cx: &mut Cx, s: Scalar| if float { cx.f.splat(&t, s.to_f64()) } else { cx.f.splat_int(&t, s.to_i64()) };
+    let st = constant(cx, step);
+    let s0 = constant(cx, start);
+    let i = cx.f.iota(&t, 0);
+    let m = cx.f.mul(i, st);
+    let v = cx.f.add(s0, m);
+    cx.f.convert(v, dtype)
 }
 
 /// `arange(start, end, step)`: bounds are checked and the length computed in
