@@ -14,7 +14,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 0
+#define TTPU_API_MINOR 1
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -387,6 +387,25 @@ struct ttpu_error_t *ttpu_runtime_synchronize(const struct ttpu_runtime_t *runti
 // Seeds every device's random generator (like `torch.manual_seed`).
 struct ttpu_error_t *ttpu_runtime_manual_seed(const struct ttpu_runtime_t *runtime, uint64_t seed);
 
+// Writes device `index`'s random generator state to `*out_seed` and
+// `*out_calls` (the random ops drawn since seeding).
+struct ttpu_error_t *ttpu_runtime_rng_state(const struct ttpu_runtime_t *runtime,
+                                            int64_t index,
+                                            uint64_t *out_seed,
+                                            uint64_t *out_calls);
+
+// Restores device `index`'s random generator to a state read with
+// `ttpu_runtime_rng_state`: the random ops that follow repeat.
+struct ttpu_error_t *ttpu_runtime_set_rng_state(const struct ttpu_runtime_t *runtime,
+                                                int64_t index,
+                                                uint64_t seed,
+                                                uint64_t calls);
+
+// Resets the peak that `ttpu_runtime_memory` reports for device `index` to
+// the bytes live now.
+struct ttpu_error_t *ttpu_runtime_reset_peak_memory(const struct ttpu_runtime_t *runtime,
+                                                    int64_t index);
+
 // Drops every cached executable, in memory and in the on-disk cache.
 struct ttpu_error_t *ttpu_runtime_clear_cache(const struct ttpu_runtime_t *runtime);
 
@@ -535,6 +554,18 @@ struct ttpu_error_t *ttpu_tensor_to_host(const struct ttpu_runtime_t *runtime,
 // A new handle to the same view (the storage is shared, not copied).
 struct ttpu_error_t *ttpu_tensor_retain(const struct ttpu_tensor_t *tensor,
                                         struct ttpu_tensor_t **out_tensor);
+
+// A new handle viewing the storage of `tensor` with the geometry
+// `(offset, sizes[0..ndim], strides[0..ndim])`, in elements and absolute in
+// the storage (like `as_strided`). Writes through the view update the
+// storage every other view sees. Fails with INVALID_ARGUMENT when the view
+// reaches outside the storage or has a negative size, stride or offset.
+struct ttpu_error_t *ttpu_tensor_view(const struct ttpu_tensor_t *tensor,
+                                      const int64_t *sizes,
+                                      const int64_t *strides,
+                                      size_t ndim,
+                                      int64_t offset,
+                                      struct ttpu_tensor_t **out_tensor);
 
 // Frees a tensor handle; the device memory is freed with its last view.
 // NULL is a no-op. Use after destroy is detected: the handle is marked

@@ -232,6 +232,49 @@ pub unsafe extern "C" fn ttpu_runtime_manual_seed(runtime: *const ttpu_runtime_t
     })
 }
 
+/// Writes device `index`'s random generator state to `*out_seed` and
+/// `*out_calls` (the random ops drawn since seeding).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_rng_state(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+    out_seed: *mut u64,
+    out_calls: *mut u64,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_rng_state")?;
+        crate::ffi::check_out(out_calls, "ttpu_runtime_rng_state")?;
+        let (seed, calls) = r.rt.rng_state(r.rt.device(index)?)?;
+        write_out(out_seed, "ttpu_runtime_rng_state", seed)?;
+        write_out(out_calls, "ttpu_runtime_rng_state", calls)
+    })
+}
+
+/// Restores device `index`'s random generator to a state read with
+/// `ttpu_runtime_rng_state`: the random ops that follow repeat.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_set_rng_state(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+    seed: u64,
+    calls: u64,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_rng_state")?;
+        r.rt.set_rng_state(r.rt.device(index)?, seed, calls)
+    })
+}
+
+/// Resets the peak that `ttpu_runtime_memory` reports for device `index` to
+/// the bytes live now.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_reset_peak_memory(runtime: *const ttpu_runtime_t, index: i64) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_reset_peak_memory")?;
+        r.rt.reset_peak_memory(r.rt.device(index)?)
+    })
+}
+
 /// Drops every cached executable, in memory and in the on-disk cache.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_clear_cache(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {

@@ -124,6 +124,31 @@ pub unsafe extern "C" fn ttpu_tensor_retain(
     })
 }
 
+/// A new handle viewing the storage of `tensor` with the geometry
+/// `(offset, sizes[0..ndim], strides[0..ndim])`, in elements and absolute in
+/// the storage (like `as_strided`). Writes through the view update the
+/// storage every other view sees. Fails with INVALID_ARGUMENT when the view
+/// reaches outside the storage or has a negative size, stride or offset.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_view(
+    tensor: *const ttpu_tensor_t,
+    sizes: *const i64,
+    strides: *const i64,
+    ndim: usize,
+    offset: i64,
+    out_tensor: *mut *mut ttpu_tensor_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        const WHAT: &str = "ttpu_tensor_view";
+        let t = &ttpu_tensor_t::borrow(tensor, WHAT)?.t;
+        check_out(out_tensor, WHAT)?;
+        let sizes = slice_arg(sizes, ndim, WHAT)?;
+        let strides = slice_arg(strides, ndim, WHAT)?;
+        let v = t.view_of(WHAT, offset, sizes, strides)?;
+        write_out(out_tensor, WHAT, ttpu_tensor_t::new(v))
+    })
+}
+
 /// Frees a tensor handle; the device memory is freed with its last view.
 /// NULL is a no-op. Use after destroy is detected: the handle is marked
 /// destroyed and kept in a quarantine of the 65536 most recently destroyed

@@ -1,6 +1,10 @@
 """torchtpu: PyTorch on TPUs through a native Rust runtime and its C ABI.
 
-This package currently exposes the C ABI binding (:mod:`torchtpu.runtime`).
+Importing the package (or just ``import torch``, through the
+``torch.backends`` entry point) makes the device ``"tpu"`` available:
+``torch.randn(3, device="tpu")``, ``model.to("tpu")``, ``torch.tpu.*`` and
+``torch.compile(backend="tpu")``. The C ABI binding itself is
+:mod:`torchtpu.runtime`.
 """
 
 from ._capi import (  # noqa: F401
@@ -31,3 +35,18 @@ from .runtime import (  # noqa: F401
 )
 
 __version__ = version()
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point: PyTorch calls it at ``import torch``."""
+    from . import _device
+
+    _device.register()
+
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:  # the C ABI binding works without PyTorch
+    pass
+else:
+    _autoload()

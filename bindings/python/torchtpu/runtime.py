@@ -286,6 +286,15 @@ class Runtime(_Owned):
         check(lib.ttpu_runtime_create(opts, out))
         self._h = out[0]
 
+    @classmethod
+    def _borrow(cls, address: int) -> "Runtime":
+        """A view of a runtime someone else owns (the PyTorch backend's), by
+        its address; close() does not free it."""
+        rt = cls.__new__(cls)
+        rt._h = ffi.cast("ttpu_runtime_t*", address)
+        rt._destroy = lambda h: None  # an instance attribute: not bound
+        return rt
+
     @property
     def platform_name(self) -> str:
         return ffi.string(lib.ttpu_runtime_platform_name(self.handle)).decode()
@@ -370,6 +379,18 @@ class Runtime(_Owned):
         live, peak = ffi.new("int64_t*"), ffi.new("int64_t*")
         check(lib.ttpu_runtime_memory(self.handle, device, live, peak))
         return int(live[0]), int(peak[0])
+
+    def reset_peak_memory(self, device: int = 0) -> None:
+        check(lib.ttpu_runtime_reset_peak_memory(self.handle, device))
+
+    def rng_state(self, device: int = 0) -> tuple[int, int]:
+        """(seed, random ops drawn since seeding) of a device's generator."""
+        seed, calls = ffi.new("uint64_t*"), ffi.new("uint64_t*")
+        check(lib.ttpu_runtime_rng_state(self.handle, device, seed, calls))
+        return int(seed[0]), int(calls[0])
+
+    def set_rng_state(self, device: int, seed: int, calls: int) -> None:
+        check(lib.ttpu_runtime_set_rng_state(self.handle, device, seed, calls))
 
     def stats(self) -> dict[str, int]:
         s = ffi.new("ttpu_stats_t*")

@@ -218,6 +218,21 @@ impl Runtime {
         Ok(self.generators[d].lock().seed())
     }
 
+    /// A device generator's whole state `(seed, calls)`, for
+    /// `torch.tpu.get_rng_state`.
+    pub fn rng_state(&self, device: usize) -> Result<(u64, u64)> {
+        let d = self.device(device as i64)?;
+        Ok(self.generators[d].lock().state())
+    }
+
+    /// Restores a state returned by `rng_state`: the random ops that follow
+    /// repeat the ones that followed it.
+    pub fn set_rng_state(&self, device: usize, seed: u64, calls: u64) -> Result<()> {
+        let d = self.device(device as i64)?;
+        self.generators[d].lock().set_state(seed, calls);
+        Ok(())
+    }
+
     // ------------------------------------------------------------ transfers
 
     /// A new tensor on `device` holding `data` (dense, row-major, native

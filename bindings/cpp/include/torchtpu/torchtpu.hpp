@@ -314,6 +314,20 @@ class Tensor {
     return ttpu_tensor_same_storage(handle("Tensor::same_storage"), o.handle("Tensor::same_storage"));
   }
 
+  /// Another view of this tensor's storage with the geometry `(sizes,
+  /// strides, offset)`, in elements, absolute in the storage (like
+  /// `as_strided`). Writes through it are seen by every view.
+  Tensor view(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset) const {
+    if (sizes.size() != strides.size()) {
+      throw Error(TTPU_CODE_INVALID_ARGUMENT, "torchtpu::Tensor::view: sizes and strides differ in rank");
+    }
+    ttpu_tensor_t* out = nullptr;
+    detail::check(ttpu_tensor_view(handle("Tensor::view"), sizes.data(), strides.data(), sizes.size(), offset, &out));
+    return Tensor(rt_, out);
+  }
+  /// The number of elements of the storage this tensor views.
+  int64_t storage_numel() const { return ttpu_tensor_storage_numel(handle("Tensor::storage_numel")); }
+
   /// A dense row-major copy of the elements, as raw bytes (any dtype,
   /// including float16/bfloat16). Waits for pending work on the tensor.
   std::vector<uint8_t> to_bytes() const {
@@ -533,6 +547,21 @@ class Runtime {
     int64_t peak = 0;
     detail::check(ttpu_runtime_memory(handle("memory"), index, &live, &peak));
     return {live, peak};
+  }
+
+  /// Resets the peak `memory(index)` reports to the bytes live now.
+  void reset_peak_memory(int64_t index = 0) const {
+    detail::check(ttpu_runtime_reset_peak_memory(handle("reset_peak_memory"), index));
+  }
+  /// Device `index`'s random generator state: (seed, random ops drawn since).
+  std::pair<uint64_t, uint64_t> rng_state(int64_t index = 0) const {
+    uint64_t seed = 0;
+    uint64_t calls = 0;
+    detail::check(ttpu_runtime_rng_state(handle("rng_state"), index, &seed, &calls));
+    return {seed, calls};
+  }
+  void set_rng_state(int64_t index, uint64_t seed, uint64_t calls) const {
+    detail::check(ttpu_runtime_set_rng_state(handle("set_rng_state"), index, seed, calls));
   }
 
   /// Flushes every device's pending DEFER_AND_FUSE graph.

@@ -1,0 +1,384 @@
+// Runtime, storage, allocator, device guard (streams and events) and hooks of
+// the PyTorch "tpu" device. Every call into the runtime goes through the C ABI
+// via the header-only C++ wrapper.
+#include "tpu.h"
+
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+namespace torchtpu_ext {
+
+// ------------------------------------------------------------------ runtime
+
+const torchtpu::Runtime& runtime() {
+  static const torchtpu::Runtime* rt = [] {
+    try {
+      return new torchtpu::Runtime();
+    } catch (const torchtpu::Error& e) {
+      rethrow(e);
+    }
+  }();
+  return *rt;
+}
+
+c10::DeviceIndex device_count() noexcept {
+  static const c10::DeviceIndex n = [] {
+    try {
+      return static_cast<c10::DeviceIndex>(runtime().device_count());
+    } catch (...) {
+      return static_cast<c10::DeviceIndex>(0);
+    }
+  }();
+  return n;
+}
+
+namespace {
+thread_local c10::DeviceIndex tls_device = 0;
+}  // namespace
+
+c10::DeviceIndex current_device() noexcept { return tls_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", static_cast<int>(index), ": ",
+              static_cast<int>(device_count()), " tpu devices are available");
+  tls_device = index;
+}
+
+void rethrow(const torchtpu::Error& e) {
+  switch (e.code()) {
+    case TTPU_CODE_UNIMPLEMENTED:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, e.what());
+    case TTPU_CODE_OUT_OF_RANGE:
+      TORCH_CHECK_INDEX(false, e.what());
+    default:
+      TORCH_CHECK(false, e.what());
+  }
+}
+
+// ------------------------------------------------------------------ storage
+
+namespace {
+
+void delete_storage(void* ctx) { delete static_cast<TpuStorage*>(ctx); }
+
+// Data pointers are unique, non-overlapping and never dereferenced: PyTorch
+// compares them (aliasing and overlap checks), the runtime holds the memory.
+// They lie in a range no host allocation uses, so a stray read faults at once.
+void* fake_address(size_t nbytes) {
+  static std::atomic<uintptr_t> next{uintptr_t{0x7a0000000000}};
+  const uintptr_t span = ((nbytes + 255) / 256 + 1) * 256;
+  return reinterpret_cast<void*>(next.fetch_add(span));
+}
+
+c10::DataPtr make_data_ptr(TpuStorage* s) {
+  return c10::DataPtr(fake_address(s->nbytes), s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, s->device));
+}
+
+struct TpuAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    auto* s = new TpuStorage();
+    s->nbytes = nbytes;
+    s->device = current_device();
+    return make_data_ptr(s);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_storage; }
+  void copy_data(void*, const void*, std::size_t) const override {
+    TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_ or .to()");
+  }
+};
+
+TpuAllocator the_allocator;
+
+}  // namespace
+
+c10::Allocator* allocator() { return &the_allocator; }
+
+TpuStorage* storage_of(const at::Tensor& t) {
+  TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
+  const c10::DataPtr& dp = t.storage().data_ptr();
+  TORCH_CHECK(dp.get_deleter() == &delete_storage, "tpu tensor without a torchtpu storage (created by another allocator)");
+  return static_cast<TpuStorage*>(dp.get_context());
+}
+
+torchtpu::Tensor handle_of(const at::Tensor& t) {
+  TpuStorage* s = storage_of(t);
+  const auto dtype = static_cast<torchtpu::DType>(t.scalar_type());
+  try {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (!s->base) {
+      const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
+      s->base = torchtpu::call1(runtime(), "aten::full", std::vector<int64_t>{numel}, torchtpu::Scalar(0), dtype,
+                                std::nullopt, static_cast<int64_t>(s->device));
+    } else if (s->base.dtype() != dtype) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "a tpu storage holding ", torchtpu::dtype_name(s->base.dtype()),
+                                  " cannot be read as ", t.scalar_type(),
+                                  " (Tensor.view(dtype) reinterpreting tpu memory is not supported)");
+    }
+    return s->base.view(t.sizes().vec(), t.strides().vec(), t.storage_offset());
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+}
+
+at::Tensor wrap(torchtpu::Tensor r) {
+  try {
+    auto* s = new TpuStorage();
+    const int64_t numel = r.storage_numel();
+    const auto st = static_cast<c10::ScalarType>(r.dtype());
+    s->nbytes = static_cast<size_t>(numel) * c10::elementSize(st);
+    s->device = static_cast<c10::DeviceIndex>(r.device());
+    const std::vector<int64_t> sizes = r.shape();
+    const std::vector<int64_t> strides = r.strides();
+    const int64_t offset = r.offset();
+    s->base = r.view({numel}, {1}, 0);
+    c10::Storage storage(c10::Storage::use_byte_size_t(), s->nbytes, make_data_ptr(s), allocator(), true);
+    at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(st));
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    return t;
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+}
+
+bool covers_storage(const at::Tensor& t) {
+  return t.storage_offset() == 0 && t.is_contiguous() &&
+         static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
+}
+
+void write_into(const at::Tensor& dst, torchtpu::Tensor value, bool fresh) {
+  try {
+    TpuStorage* s = storage_of(dst);
+    const auto dtype = static_cast<torchtpu::DType>(dst.scalar_type());
+    if (fresh && covers_storage(dst) && value.dtype() == dtype && value.shape() == dst.sizes().vec() &&
+        value.device() == s->device) {
+      // The new value replaces the storage's: no copy, no program.
+      if (value.offset() != 0 || value.storage_numel() != value.numel() ||
+          value.strides() != dst.strides().vec()) {
+        value = torchtpu::call1(runtime(), "aten::clone", value, std::nullopt);
+      }
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->base = value.view({value.numel()}, {1}, 0);
+      return;
+    }
+    torchtpu::Tensor view = handle_of(dst);
+    torchtpu::call(runtime(), "aten::copy_", view, value, false);
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+}
+
+void replace_storage(c10::StorageImpl* impl, size_t nbytes, c10::DeviceIndex device, torchtpu::Tensor base) {
+  auto* s = new TpuStorage();
+  s->nbytes = nbytes;
+  s->device = device;
+  s->base = std::move(base);
+  impl->set_data_ptr_noswap(make_data_ptr(s));
+  impl->set_nbytes(nbytes);
+}
+
+bool materialized(const at::Tensor& t) {
+  TpuStorage* s = storage_of(t);
+  std::lock_guard<std::mutex> lock(s->mu);
+  return static_cast<bool>(s->base);
+}
+
+torchtpu::Tensor upload(const at::Tensor& src, c10::DeviceIndex device) {
+  if (src.device().is_privateuseone()) return handle_of(src);
+  TORCH_CHECK(src.device().is_cpu(), "cannot copy a ", src.device(), " tensor to tpu");
+  const at::Tensor dense = src.contiguous();
+  ttpu_tensor_t* out = nullptr;
+  const std::vector<int64_t> sizes = dense.sizes().vec();
+  torchtpu::detail::check(ttpu_tensor_from_host(runtime().capi(), dense.data_ptr(), dense.nbytes(),
+                                                static_cast<int32_t>(dense.scalar_type()), sizes.data(),
+                                                sizes.size(), device, &out));
+  return torchtpu::Tensor(runtime().capi(), out);
+}
+
+// ---------------------------------------------------------- streams/events
+
+namespace {
+
+// The runtime streams PyTorch has seen, by c10 stream id (the runtime's id).
+class StreamTable {
+ public:
+  const torchtpu::Stream& get(const c10::Stream& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(key(s));
+    if (it != streams_.end()) return it->second;
+    TORCH_CHECK(s.id() == 0, "unknown tpu stream id ", s.id(), " on ", s.device());
+    return streams_.emplace(key(s), runtime().default_stream(s.device_index())).first->second;
+  }
+  c10::Stream add(torchtpu::Stream st) {
+    const c10::Stream s(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, st.device()), st.id());
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.emplace(key(s), std::move(st));
+    return s;
+  }
+
+ private:
+  static std::pair<int, int64_t> key(const c10::Stream& s) { return {s.device_index(), s.id()}; }
+  std::mutex mu_;
+  std::map<std::pair<int, int64_t>, torchtpu::Stream> streams_;
+};
+
+StreamTable& streams() {
+  static auto* t = new StreamTable();
+  return *t;
+}
+
+template <class F>
+auto checked(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+}
+
+struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+
+  c10::DeviceType type() const override { return kType; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    const c10::Device old = getDevice();
+    if (d.index() != old.index()) setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kType, current_device()); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == kType, "expected a tpu device, got ", d);
+    if (d.index() >= 0) set_current_device(d.index());
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < device_count()) tls_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return checked([&] {
+      torchtpu::Stream cur = runtime().current_stream(index(d));
+      return c10::Stream(c10::Stream::UNSAFE, c10::Device(kType, index(d)), cur.id());
+    });
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, c10::Device(kType, index(d)));
+  }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return checked([&] { return streams().add(runtime().create_stream(index(d))); });
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    const c10::Stream old = getStream(s.device());
+    checked([&] { runtime().set_current_stream(streams().get(s)); });
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const override {
+    checked([&] {
+      if (*event == nullptr) {
+        ttpu_event_t* e = nullptr;
+        torchtpu::detail::check(ttpu_event_create(&e));
+        *event = e;
+      }
+      torchtpu::detail::check(ttpu_event_record(static_cast<ttpu_event_t*>(*event), streams().get(s).capi()));
+    });
+  }
+  void block(void* event, const c10::Stream& s) const override {
+    if (event == nullptr) return;
+    checked([&] {
+      torchtpu::detail::check(ttpu_stream_wait_event(streams().get(s).capi(), static_cast<ttpu_event_t*>(event)));
+    });
+  }
+  bool queryEvent(void* event) const override {
+    if (event == nullptr) return true;
+    return checked([&] {
+      bool done = false;
+      torchtpu::detail::check(ttpu_event_query(static_cast<ttpu_event_t*>(event), &done));
+      return done;
+    });
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event == nullptr) return;
+    checked([&] { torchtpu::detail::check(ttpu_event_synchronize(static_cast<ttpu_event_t*>(event))); });
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr, "both events must be recorded before elapsed_time");
+    return checked([&] {
+      double ms = 0;
+      torchtpu::detail::check(
+          ttpu_event_elapsed_ms(static_cast<ttpu_event_t*>(start), static_cast<ttpu_event_t*>(end), &ms));
+      return ms;
+    });
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    ttpu_event_destroy(static_cast<ttpu_event_t*>(event));
+  }
+  bool queryStream(const c10::Stream& s) const override {
+    return checked([&] { return streams().get(s).query(); });
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    checked([&] { const_cast<torchtpu::Stream&>(streams().get(s)).synchronize(); });
+  }
+  void synchronizeDevice(const c10::DeviceIndex) const override {
+    checked([&] { runtime().synchronize(); });
+  }
+
+ private:
+  static c10::DeviceIndex index(c10::Device d) { return d.index() >= 0 ? d.index() : current_device(); }
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+// -------------------------------------------------------------------- hooks
+
+struct TpuHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
+  c10::Device getDeviceFromPtr(void*) const override { return c10::Device(c10::DeviceType::PrivateUse1, current_device()); }
+  void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "resizing a tpu storage in place is not supported; resize the tensor instead");
+  }
+};
+
+// Registered when the library loads, before any tensor exists.
+const bool registered = [] {
+  c10::SetAllocator(c10::DeviceType::PrivateUse1, &the_allocator);
+  at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+  return true;
+}();
+
+}  // namespace
+
+// --------------------------------------------------------------- fallback
+
+namespace {
+std::atomic<bool> fallback_on{false};
+std::mutex counts_mu;
+std::map<std::string, int64_t> counts;
+}  // namespace
+
+void set_cpu_fallback(bool on) noexcept { fallback_on = on; }
+bool cpu_fallback_enabled() noexcept { return fallback_on; }
+
+std::vector<std::pair<std::string, int64_t>> fallback_counts() {
+  std::lock_guard<std::mutex> lock(counts_mu);
+  return {counts.begin(), counts.end()};
+}
+
+// Counts one CPU fallback of `op`; true the first time (when to warn).
+bool count_fallback(const std::string& op) {
+  std::lock_guard<std::mutex> lock(counts_mu);
+  return counts[op]++ == 0;
+}
+
+}  // namespace torchtpu_ext

@@ -1,0 +1,440 @@
+// Kernels of the PyTorch "tpu" device.
+//
+// One boxed fallback forwards every aten op by its schema name to the
+// runtime's op registry, so op coverage grows in Rust alone. A handful of ops
+// are registered explicitly because they are about PyTorch's own metadata or
+// memory (empty, views, copies across devices, resize, item).
+#include "tpu.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <deque>
+#include <optional>
+
+namespace torchtpu_ext {
+namespace {
+
+using torchtpu::Arg;
+
+constexpr c10::DispatchKeySet kTpuKeys{c10::DispatchKey::PrivateUse1};
+
+std::string full_name(const c10::FunctionSchema& s) {
+  return s.overload_name().empty() ? s.name() : s.name() + "." + s.overload_name();
+}
+
+c10::DeviceIndex tpu_index(const c10::Device& d) { return d.index() >= 0 ? d.index() : current_device(); }
+
+// ------------------------------------------------------------ one runtime call
+
+// The arguments of one runtime call: the runtime views of its tensors stay
+// alive (the `Arg`s borrow them) until the results are pushed.
+struct Call {
+  std::string name;
+  std::deque<torchtpu::Tensor> inputs;
+  std::vector<Arg> args;
+  c10::DeviceIndex device = -1;
+
+  // The device of the op: its first tpu tensor, else its `device` argument.
+  void find_device(const std::vector<c10::IValue>& vals) {
+    auto see = [this](const at::Tensor& t) {
+      if (device < 0 && t.defined() && t.device().is_privateuseone()) device = t.device().index();
+    };
+    for (const c10::IValue& v : vals) {
+      if (v.isTensor()) see(v.toTensor());
+      if (v.isTensorList()) for (const at::Tensor& t : v.toTensorList().vec()) see(t);
+      if (v.isList()) for (const c10::IValue& e : v.toListRef()) if (e.isTensor()) see(e.toTensor());
+    }
+    for (const c10::IValue& v : vals) {
+      if (device < 0 && v.isDevice() && v.toDevice().is_privateuseone()) device = tpu_index(v.toDevice());
+    }
+    if (device < 0) device = current_device();
+  }
+
+  const torchtpu::Tensor& tensor(const at::Tensor& t) {
+    if (t.device().is_privateuseone()) {
+      inputs.push_back(handle_of(t));
+    } else {
+      // Like CUDA, a 0-dim CPU tensor may join a device op as a scalar.
+      TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+                  "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                  static_cast<int>(device), " and ", t.device(), "! (in ", name, ")");
+      inputs.push_back(upload(t, device));
+    }
+    return inputs.back();
+  }
+
+  Arg arg(const c10::Argument& a, const c10::IValue& v) {
+    const c10::TypePtr& real = a.real_type();
+    if (v.isNone()) return Arg(std::nullopt);
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) return Arg(std::nullopt);
+      return Arg(tensor(t));
+    }
+    if (v.isTensorList()) {
+      std::vector<torchtpu::Tensor> ts;
+      for (const at::Tensor& t : v.toTensorList().vec()) ts.push_back(tensor(t).retain());
+      return Arg(ts);
+    }
+    if (v.isList()) {  // Tensor?[]
+      std::vector<std::optional<torchtpu::Tensor>> ts;
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor() && e.toTensor().defined()) {
+          ts.emplace_back(tensor(e.toTensor()).retain());
+        } else {
+          ts.emplace_back(std::nullopt);
+        }
+      }
+      return Arg(ts);
+    }
+    const bool scalar = real->kind() == c10::TypeKind::NumberType ||
+                        (real->kind() == c10::TypeKind::OptionalType &&
+                         real->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::NumberType);
+    if (v.isInt()) {
+      if (scalar) return Arg(torchtpu::Scalar(v.toInt()));
+      const c10::TypePtr elem = real->kind() == c10::TypeKind::OptionalType
+                                    ? real->castRaw<c10::OptionalType>()->getElementType()
+                                    : real;
+      if (elem->kind() == c10::TypeKind::ScalarTypeType) {
+        const auto st = static_cast<c10::ScalarType>(v.toInt());
+        return Arg(static_cast<torchtpu::DType>(st));
+      }
+      return Arg(v.toInt());
+    }
+    if (v.isSymInt()) return Arg(v.toSymInt().guard_int(__FILE__, __LINE__));
+    if (v.isDouble()) return scalar ? Arg(torchtpu::Scalar(v.toDouble())) : Arg(v.toDouble());
+    if (v.isBool()) return scalar ? Arg(torchtpu::Scalar(v.toBool())) : Arg(v.toBool());
+    if (v.isString()) return Arg(std::string(v.toStringRef()));
+    if (v.isIntList()) return Arg(v.toIntVector());
+    if (v.isSymIntList()) {
+      std::vector<int64_t> ints;
+      for (const c10::SymInt& s : v.toSymIntVector()) ints.push_back(s.guard_int(__FILE__, __LINE__));
+      return Arg(ints);
+    }
+    if (v.isDevice()) {
+      TORCH_CHECK(v.toDevice().is_privateuseone(), name, ": argument '", a.name(), "' names ", v.toDevice(),
+                  ", not a tpu device");
+      return Arg(static_cast<int64_t>(tpu_index(v.toDevice())));
+    }
+    if (v.isGenerator()) return Arg(std::nullopt);  // tpu ops draw from the device generator
+    if (v.isComplexDouble()) TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": complex numbers are not supported on TPU");
+    TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' of type ", a.type()->str(),
+                                " cannot be passed to the TPU runtime");
+  }
+
+  std::vector<torchtpu::Tensor> run(const std::vector<c10::Argument>& sargs, const std::vector<c10::IValue>& vals) {
+    find_device(vals);
+    args.reserve(vals.size());
+    for (size_t i = 0; i < vals.size(); ++i) args.push_back(arg(sargs[i], vals[i]));
+    try {
+      return torchtpu::call_args(runtime().capi(), name.c_str(), args.data(), args.size());
+    } catch (const torchtpu::Error& e) {
+      rethrow(e);
+    }
+  }
+
+  bool aliases_input(const torchtpu::Tensor& r) const {
+    for (const torchtpu::Tensor& in : inputs) {
+      if (r.same_storage(in)) return true;
+    }
+    return false;
+  }
+};
+
+// An out= variant: a keyword-only argument the op writes.
+bool is_out(const c10::FunctionSchema& s) {
+  for (const c10::Argument& a : s.arguments()) {
+    if (a.kwarg_only() && a.alias_info() != nullptr && a.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+
+bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
+  return a != nullptr && b != nullptr && a->beforeSets() == b->beforeSets();
+}
+
+// Pushes the schema's returns: a mutated argument itself, a view as PyTorch
+// metadata over its base, or a new tensor.
+void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args, Call& call,
+                  std::vector<torchtpu::Tensor> results, torch::jit::Stack* stack) {
+  size_t next = 0;
+  for (const c10::Argument& ret : schema.returns()) {
+    const c10::AliasInfo* alias = ret.alias_info();
+    if (ret.type()->kind() == c10::TypeKind::ListType) {
+      std::vector<at::Tensor> out;
+      for (; next < results.size(); ++next) out.push_back(wrap(std::move(results[next])));
+      stack->emplace_back(std::move(out));
+      continue;
+    }
+    TORCH_CHECK(next < results.size(), schema.name(), ": the runtime returned ", results.size(), " values");
+    torchtpu::Tensor r = std::move(results[next++]);
+    if (alias != nullptr) {
+      size_t i = 0;
+      while (i < args.size() && !same_alias_set(schema.arguments()[i].alias_info(), alias)) ++i;
+      TORCH_CHECK(i < args.size(), full_name(schema), ": no argument matches the alias of a return");
+      const at::Tensor& base = args[i].toTensor();
+      if (alias->isWrite()) {
+        stack->emplace_back(base);
+      } else {
+        stack->emplace_back(at::native::as_strided_tensorimpl(base, r.shape(), r.strides(), r.offset()));
+      }
+      continue;
+    }
+    if (!r) {
+      stack->emplace_back(at::Tensor());
+      continue;
+    }
+    if (call.aliases_input(r)) {
+      try {
+        r = torchtpu::call1(runtime(), "aten::clone", r, std::nullopt);
+      } catch (const torchtpu::Error& e) {
+        rethrow(e);
+      }
+    }
+    stack->emplace_back(wrap(std::move(r)));
+  }
+}
+
+// The functional overload of an in-place or out= op, if the runtime has it:
+// `add_.Tensor` -> `add.Tensor`, `add.out` -> `add.Tensor` or `add`.
+std::optional<c10::OperatorHandle> functional_of(const c10::FunctionSchema& schema) {
+  std::vector<std::pair<std::string, std::string>> candidates;
+  const std::string& n = schema.name();
+  const std::string& ov = schema.overload_name();
+  if (!n.empty() && n.back() == '_') candidates.emplace_back(n.substr(0, n.size() - 1), ov);
+  if (is_out(schema)) {
+    const std::string base = ov == "out" ? "" : (ov.size() > 4 && ov.substr(ov.size() - 4) == "_out")
+                                                   ? ov.substr(0, ov.size() - 4)
+                                                   : ov;
+    for (const std::string& o : {base, std::string("Tensor"), std::string()}) candidates.emplace_back(n, o);
+  }
+  for (const auto& [name, overload] : candidates) {
+    const std::string full = overload.empty() ? name : name + "." + overload;
+    if (!ttpu_op_exists(full.c_str())) continue;
+    auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (h) return h;
+  }
+  return std::nullopt;
+}
+
+// Runs `schema` through its functional overload `f`: the mutated arguments
+// (self, or the out= tensors) receive the results.
+void run_functional(const c10::FunctionSchema& schema, const c10::OperatorHandle& f,
+                    const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& fs = f.schema();
+  std::vector<c10::IValue> fargs;
+  for (const c10::Argument& fa : fs.arguments()) {
+    auto idx = schema.argumentIndexWithName(fa.name());
+    fargs.push_back(idx ? args[*idx] : (fa.default_value() ? *fa.default_value() : c10::IValue()));
+  }
+  Call call{full_name(fs)};
+  std::vector<torchtpu::Tensor> results = call.run(fs.arguments(), fargs);
+  std::vector<size_t> outs;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const c10::AliasInfo* a = schema.arguments()[i].alias_info();
+    if (a != nullptr && a->isWrite()) outs.push_back(i);
+  }
+  TORCH_CHECK(outs.size() == results.size(), full_name(schema), ": ", outs.size(), " outputs but ", full_name(fs),
+              " returned ", results.size());
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const at::Tensor& dst = args[outs[k]].toTensor();
+    const std::vector<int64_t> shape = results[k].shape();
+    if (is_out(schema) && dst.sizes().vec() != shape) dst.resize_(shape);
+    const bool fresh = !call.aliases_input(results[k]);
+    write_into(dst, std::move(results[k]), fresh);
+  }
+  for (const c10::Argument& ret : schema.returns()) {
+    for (size_t i : outs) {
+      if (same_alias_set(schema.arguments()[i].alias_info(), ret.alias_info())) stack->push_back(args[i]);
+    }
+  }
+}
+
+void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name = full_name(schema);
+  const size_t n = schema.arguments().size();
+  if (ttpu_op_exists(name.c_str())) {
+    std::vector<c10::IValue> args(stack->end() - n, stack->end());
+    torch::jit::drop(*stack, n);
+    Call call{name};
+    std::vector<torchtpu::Tensor> results = call.run(schema.arguments(), args);
+    push_returns(schema, args, call, std::move(results), stack);
+    return;
+  }
+  if (auto f = functional_of(schema)) {
+    std::vector<c10::IValue> args(stack->end() - n, stack->end());
+    torch::jit::drop(*stack, n);
+    run_functional(schema, *f, args, stack);
+    return;
+  }
+  if (cpu_fallback_enabled()) {
+    if (count_fallback(name)) {
+      TORCH_WARN("operator ", name, " is not implemented for TPU; running it on the CPU "
+                 "(torch.tpu.enable_cpu_fallback is on; counted in torch.tpu.fallback_stats()). "
+                 "This copies its tensors to the host and back.");
+    }
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "operator ", name, " is not implemented for TPU. Set "
+                              "torch.tpu.enable_cpu_fallback = True to run unsupported ops on the CPU "
+                              "(slower: each call copies its tensors to the host; every fallback is warned "
+                              "about and counted).");
+}
+
+// ------------------------------------------------------------ explicit kernels
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "tpu tensors are strided (dense) only");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pinned memory applies to CPU tensors, not tpu");
+  c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_generic(size, allocator(), kTpuKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, "tpu tensors are strided (dense) only");
+  c10::DeviceGuard guard(c10::device_or_default(device));
+  return at::detail::empty_strided_generic(size, stride, allocator(), kTpuKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+// A dense CPU copy of a tpu tensor.
+at::Tensor to_cpu(const at::Tensor& src) {
+  torchtpu::Tensor h = handle_of(src);
+  at::Tensor out = at::empty(src.sizes(), src.options().device(c10::kCPU));
+  try {
+    torchtpu::detail::check(ttpu_tensor_to_host(runtime().capi(), h.capi(), out.data_ptr(), out.nbytes()));
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+  return out;
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
+  if (self.numel() == 0) return self;
+  if (!self.device().is_privateuseone()) {
+    self.copy_(to_cpu(src));
+    return self;
+  }
+  const c10::DeviceIndex device = self.device().index();
+  const bool whole = covers_storage(self) && src.sizes() == self.sizes();
+  try {
+    if (src.device().is_privateuseone()) {
+      if (whole && !materialized(self)) {
+        // Nothing to keep in self: the converted copy becomes its value.
+        torchtpu::Tensor v = torchtpu::call1(runtime(), "aten::_to_copy", handle_of(src),
+                                             static_cast<torchtpu::DType>(self.scalar_type()), std::nullopt,
+                                             static_cast<int64_t>(device));
+        write_into(self, std::move(v), true);
+      } else {
+        torchtpu::Tensor v = handle_of(src);
+        write_into(self, std::move(v), false);
+      }
+      return self;
+    }
+    const at::Tensor host = whole ? src.to(self.scalar_type()) : src;
+    write_into(self, upload(host, device), true);
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor d = dst;
+  copy_(d, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) { return to_cpu(self).item(); }
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(!memory_format || *memory_format == c10::MemoryFormat::Contiguous ||
+                  *memory_format == c10::MemoryFormat::Preserve,
+              "tpu tensors support only contiguous resize_");
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  const int64_t numel = c10::multiply_integers(size);
+  const size_t need = static_cast<size_t>(self.storage_offset() + numel) * self.element_size();
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  if (need > storage->nbytes()) {
+    torchtpu::Tensor base;
+    if (materialized(self) && storage->nbytes() > 0) {
+      // Keep the old elements, as resize_ does on every device.
+      const int64_t old = static_cast<int64_t>(storage->nbytes() / self.element_size());
+      const int64_t grown = static_cast<int64_t>(need / self.element_size());
+      torchtpu::Tensor flat = storage_of(self)->base.view({old}, {1}, 0);
+      try {
+        base = torchtpu::call1(runtime(), "aten::constant_pad_nd", flat, std::vector<int64_t>{0, grown - old},
+                               torchtpu::Scalar(0));
+      } catch (const torchtpu::Error& e) {
+        rethrow(e);
+      }
+    }
+    replace_storage(storage, need, self.device().index(), std::move(base));
+  }
+  impl->set_sizes_contiguous(size);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                               c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().is_privateuseone(), "set_: expected a tpu storage, got one on ", source.device());
+  self.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(source));
+  self.unsafeGetTensorImpl()->set_sizes_and_strides(size, stride, offset);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return set_source_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& src) {
+  return set_source_storage(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>()); }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("copy_", copy_);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage);
+  m.impl("set_.source_Storage", set_storage);
+  m.impl("set_.source_Tensor", set_tensor);
+}
+
+}  // namespace torchtpu_ext

@@ -1,0 +1,71 @@
+// The PyTorch "tpu" device over the torchtpu C ABI: shared declarations.
+//
+// A PyTorch storage on "tpu" holds a `TpuStorage` as its DataPtr context: one
+// runtime tensor viewing the whole runtime storage. PyTorch keeps the view
+// metadata (sizes, strides, offset); each kernel hands the runtime a view
+// `(storage, offset, sizes, strides)` of it, so views, in-place ops and
+// `out=` variants write through to the storage exactly as on CUDA.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torchtpu/torchtpu.hpp>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace torchtpu_ext {
+
+// The process's runtime: created on first use, never destroyed, because
+// tensors and the allocator may be used until the very end of the process.
+const torchtpu::Runtime& runtime();
+c10::DeviceIndex device_count() noexcept;
+c10::DeviceIndex current_device() noexcept;
+void set_current_device(c10::DeviceIndex index);
+
+// Rethrows a runtime error as the matching PyTorch error (UNIMPLEMENTED is
+// NotImplementedError, OUT_OF_RANGE IndexError, else RuntimeError).
+[[noreturn]] void rethrow(const torchtpu::Error& e);
+
+// The runtime side of one PyTorch storage. `base` stays empty until the
+// storage is first read or written (`torch.empty` allocates nothing).
+struct TpuStorage {
+  std::mutex mu;
+  torchtpu::Tensor base;
+  size_t nbytes = 0;
+  c10::DeviceIndex device = 0;
+};
+
+c10::Allocator* allocator();
+// The TpuStorage of a tpu tensor (checked).
+TpuStorage* storage_of(const at::Tensor& t);
+// A runtime view of `t`. Reading a storage never written gives zeros.
+torchtpu::Tensor handle_of(const at::Tensor& t);
+// A tpu tensor over a new storage holding runtime tensor `r` (its whole
+// storage, with `r`'s own view geometry).
+at::Tensor wrap(torchtpu::Tensor r);
+// Whether `t` is a dense view of its whole storage (then a new value can
+// replace the storage's value without a copy).
+bool covers_storage(const at::Tensor& t);
+// Writes `value` (a runtime tensor broadcastable to `dst`) into `dst`. When
+// `value` is `fresh` (its storage is no other tensor's) and `dst` covers its
+// storage, the storage is rebound to it: no copy, no program. Otherwise the
+// runtime copies through the view.
+void write_into(const at::Tensor& dst, torchtpu::Tensor value, bool fresh);
+// Points every tensor sharing `impl` at a new storage of `nbytes` holding
+// `base` (empty: not yet written).
+void replace_storage(c10::StorageImpl* impl, size_t nbytes, c10::DeviceIndex device, torchtpu::Tensor base);
+// Whether the storage of `t` was ever written (else reading it gives zeros).
+bool materialized(const at::Tensor& t);
+// A runtime tensor of `t` on tpu `device`: `t` itself (viewed) when it is on
+// tpu, else an upload of the CPU tensor.
+torchtpu::Tensor upload(const at::Tensor& cpu, c10::DeviceIndex device);
+
+// Opt-in CPU fallback for ops the runtime lacks, and its counters.
+void set_cpu_fallback(bool on) noexcept;
+bool cpu_fallback_enabled() noexcept;
+std::vector<std::pair<std::string, int64_t>> fallback_counts();
+// Counts one CPU fallback of `op`; true the first time (when to warn).
+bool count_fallback(const std::string& op);
+
+}  // namespace torchtpu_ext

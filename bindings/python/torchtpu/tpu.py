@@ -1,0 +1,305 @@
+"""``torch.tpu``: the device module of "tpu", mirroring ``torch.cuda``.
+
+Beyond the ``torch.cuda`` look-alikes it holds what is particular to TPUs:
+the eager modes (:class:`EagerMode`, :func:`set_eager_mode`), the compile
+cache statistics and recompile explanations, and the opt-in CPU fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+import types
+from functools import lru_cache
+from typing import Any, Iterator
+
+import torch
+
+from . import _C
+from .runtime import Runtime, get_mode, set_mode
+
+__all__ = [
+    "EagerMode", "Event", "Stream", "compile_cache_stats", "current_device", "current_stream", "device",
+    "device_count", "eager_mode", "enable_cpu_fallback", "explain_recompiles", "fallback_stats",
+    "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all", "initial_seed",
+    "is_available", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "memory_allocated", "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode", "set_rng_state",
+    "set_rng_state_all", "set_stream", "stream", "synchronize",
+]
+
+
+@lru_cache(maxsize=None)
+def _runtime() -> Runtime:
+    """The backend's runtime (created by the native backend on first use)."""
+    return Runtime._borrow(_C._runtime_address())
+
+
+def _index(device: Any = None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    if d.type != "tpu":
+        raise ValueError(f"expected a tpu device, got {d}")
+    return current_device() if d.index is None else d.index
+
+
+# ------------------------------------------------------------------ devices
+
+
+def is_available() -> bool:
+    try:
+        return _C._device_count() > 0
+    except RuntimeError:
+        return False
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: Any) -> None:
+    _C._set_device(_index(device))
+
+
+class device:
+    """Context manager that makes ``device`` current, like ``torch.cuda.device``."""
+
+    def __init__(self, device: Any):
+        self.idx = _index(device)
+        self.prev = -1
+
+    def __enter__(self) -> None:
+        self.prev = current_device()
+        set_device(self.idx)
+
+    def __exit__(self, *exc: object) -> None:
+        set_device(self.prev)
+
+
+def synchronize(device: Any = None) -> None:
+    """Flushes pending fused graphs and waits for all launched work."""
+    _runtime().synchronize()
+
+
+def get_device_name(device: Any = None) -> str:
+    rt = _runtime()
+    d = rt.devices()[_index(device)]
+    return f"{d['kind']} ({rt.platform_name} {rt.platform_version})"
+
+
+def get_device_properties(device: Any = None) -> types.SimpleNamespace:
+    rt = _runtime()
+    d = rt.devices()[_index(device)]
+    return types.SimpleNamespace(name=d["kind"], platform=rt.platform_name,
+                                 platform_version=rt.platform_version, **d)
+
+
+# --------------------------------------------------------------------- rng
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the generators of every tpu device (the runtime keeps one seed)."""
+    _runtime().manual_seed(int(seed) & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)
+
+
+def seed() -> None:
+    manual_seed(torch.seed())
+
+
+def seed_all() -> None:
+    seed()
+
+
+def initial_seed() -> int:
+    return _runtime().rng_state(current_device())[0]
+
+
+def get_rng_state(device: Any = "tpu") -> torch.Tensor:
+    """The generator state as a CPU ByteTensor (16 bytes: seed and draws)."""
+    s, calls = _runtime().rng_state(_index(device))
+    return torch.tensor([s, calls], dtype=torch.uint64).view(torch.uint8)
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
+    s, calls = new_state.detach().cpu().contiguous().view(torch.uint64).tolist()
+    _runtime().set_rng_state(_index(device), int(s), int(calls))
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    for i, s in enumerate(states):
+        set_rng_state(s, i)
+
+
+# --------------------------------------------------------- streams, events
+
+
+class Stream(torch.Stream):
+    """A stream of a tpu device (a runtime stream: an ordered queue)."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if kwargs:  # rebuilt from (stream_id, device_index, device_type)
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    """An event on a tpu stream: record, wait, query, synchronize, elapsed_time."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device=torch.device("tpu", current_device()), enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+
+def current_stream(device: Any = None) -> torch.Stream:
+    return torch.accelerator.current_stream(torch.device("tpu", _index(device)))
+
+
+def default_stream(device: Any = None) -> torch.Stream:
+    return torch.Stream(stream_id=0, device_index=_index(device), device_type=torch.device("tpu").type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    torch.accelerator.set_stream(stream)
+
+
+@contextlib.contextmanager
+def stream(stream: torch.Stream | None) -> Iterator[None]:
+    """Makes ``stream`` current for the block, like ``torch.cuda.stream``."""
+    if stream is None:
+        yield
+        return
+    prev = current_stream(stream.device_index)
+    set_stream(stream)
+    try:
+        yield
+    finally:
+        set_stream(prev)
+
+
+# ------------------------------------------------------------------ memory
+
+
+def memory_allocated(device: Any = None) -> int:
+    """Bytes of live device buffers."""
+    return _runtime().memory(_index(device))[0]
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return _runtime().memory(_index(device))[1]
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _runtime().reset_peak_memory(_index(device))
+
+
+def empty_cache() -> None:
+    """Nothing to do: freed tensors return their device memory at once."""
+
+
+# ------------------------------------------------------------- eager modes
+
+
+class EagerMode(enum.IntEnum):
+    """How ops run (names follow TorchTPU)."""
+
+    DEFER_NEVER = 0  # strict eager: each op compiled once, cached, asynchronous
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = 1  # debug: waits for every op
+    DEFER_AND_FUSE = 2  # fused eager: ops recorded, flushed as one program
+
+
+class set_eager_mode:
+    """Sets the process-wide eager mode; used as a context manager, restores
+    the previous mode on exit. ``TORCHTPU_EAGER_MODE`` (and
+    ``TORCHTPU_LAUNCH_BLOCKING=1``) set the default."""
+
+    def __init__(self, mode: EagerMode | str | int):
+        self.prev = EagerMode(get_mode())
+        if isinstance(mode, str):
+            mode = EagerMode[mode.upper()]
+        self.mode = EagerMode(mode)
+        set_mode(int(self.mode))
+
+    def __enter__(self) -> EagerMode:
+        return self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        set_mode(int(self.prev))
+
+
+# ---------------------------------------------------- compile cache, flushes
+
+
+def compile_cache_stats() -> dict[str, Any]:
+    """Program cache hits and misses (per-op and fused), compiles and their
+    time, and flushes by reason."""
+    rt = _runtime()
+    ops, fused = rt.stats(), rt.fusion_stats()
+    return {
+        "op_cache_hits": ops["cache_hits"], "op_cache_misses": ops["cache_misses"],
+        "fused_memory_hits": fused["memory_hits"], "fused_disk_hits": fused["disk_hits"],
+        "fused_misses": fused["misses"], "compiles": ops["compiles"] + fused["compiles"],
+        "compile_seconds": (ops["compile_ns"] + fused["compile_ns"]) / 1e9,
+        "executions": ops["executions"], "fused_programs": fused["fused_programs"],
+        "recorded_ops": fused["recorded_ops"], "flushes": fused["flushes"],
+    }
+
+
+def explain_recompiles() -> str:
+    """Why the last fused program missed the cache (its nearest cached graph
+    and the first difference), with the flush counts by reason."""
+    rt = _runtime()
+    flushes = ", ".join(f"{k}: {v}" for k, v in rt.fusion_stats()["flushes"].items() if v)
+    miss = rt.last_miss_explanation() or "no fused program has missed the cache"
+    return f"{miss}\nflushes by reason: {flushes or 'none'}"
+
+
+def fallback_stats() -> dict[str, int]:
+    """Ops that ran on the CPU through ``enable_cpu_fallback``, with counts."""
+    return dict(_C._fallback_counts())
+
+
+class _Module(types.ModuleType):
+    """Module properties: ``torch.tpu.eager_mode`` and
+    ``torch.tpu.enable_cpu_fallback`` read and write the backend."""
+
+    @property
+    def eager_mode(self) -> EagerMode:
+        return EagerMode(get_mode())
+
+    @eager_mode.setter
+    def eager_mode(self, mode: EagerMode | str | int) -> None:
+        set_eager_mode(mode)
+
+    @property
+    def enable_cpu_fallback(self) -> bool:
+        return _C._cpu_fallback_enabled()
+
+    @enable_cpu_fallback.setter
+    def enable_cpu_fallback(self, on: bool) -> None:
+        _C._set_cpu_fallback(bool(on))
+
+
+sys.modules[__name__].__class__ = _Module
