@@ -13,8 +13,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-import torch
+# These tests drive the C ABI of this checkout: keep PyTorch from importing
+# an installed torchtpu through its device-backend entry point first.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
 # The fused-program disk cache of the tests is their own (and starts empty).

@@ -18,6 +18,7 @@
 
 #include <deque>
 #include <optional>
+#include <set>
 
 namespace torchtpu_ext {
 namespace {
@@ -84,6 +85,15 @@ struct Call {
       for (const at::Tensor& t : v.toTensorList().vec()) ts.push_back(tensor(t).retain());
       return Arg(ts);
     }
+    if (v.isIntList()) return Arg(v.toIntVector());
+    if (v.isSymIntList()) {
+      std::vector<int64_t> ints;
+      for (const c10::SymInt& s : v.toSymIntVector()) ints.push_back(s.guard_int(__FILE__, __LINE__));
+      return Arg(ints);
+    }
+    if (v.isDoubleList()) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' (a float list) is not supported on TPU");
+    }
     if (v.isList()) {  // Tensor?[]
       std::vector<std::optional<torchtpu::Tensor>> ts;
       for (const c10::IValue& e : v.toListRef()) {
@@ -113,12 +123,6 @@ struct Call {
     if (v.isDouble()) return scalar ? Arg(torchtpu::Scalar(v.toDouble())) : Arg(v.toDouble());
     if (v.isBool()) return scalar ? Arg(torchtpu::Scalar(v.toBool())) : Arg(v.toBool());
     if (v.isString()) return Arg(std::string(v.toStringRef()));
-    if (v.isIntList()) return Arg(v.toIntVector());
-    if (v.isSymIntList()) {
-      std::vector<int64_t> ints;
-      for (const c10::SymInt& s : v.toSymIntVector()) ints.push_back(s.guard_int(__FILE__, __LINE__));
-      return Arg(ints);
-    }
     if (v.isDevice()) {
       TORCH_CHECK(v.toDevice().is_privateuseone(), name, ": argument '", a.name(), "' names ", v.toDevice(),
                   ", not a tpu device");
@@ -436,5 +440,50 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Tensor", set_tensor);
 }
+
+namespace {
+
+// Ops PyTorch implements with a CompositeExplicitAutograd kernel never reach
+// a backend fallback, so every runtime op is also registered by name:
+// `native_layer_norm` then runs as the runtime's one op instead of PyTorch's
+// decomposition through batch norm. Skipped: CompositeImplicitAutograd ops
+// (autograd sees their decomposition), views (PyTorch metadata), and the ops
+// registered above.
+const bool runtime_ops_registered = [] {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
+                                        __LINE__);
+  static const std::set<std::string> explicit_ops = {
+      "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "unfold", "copy_",
+      "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy"};
+  const size_t n = ttpu_op_count();
+  for (size_t i = 0; i < n; ++i) {
+    const char* full = nullptr;
+    if (ttpu_error_t* e = ttpu_op_name(i, &full)) {
+      ttpu_error_destroy(e);
+      continue;
+    }
+    std::string name(full);
+    if (name.rfind("aten::", 0) != 0) continue;
+    name = name.substr(6);
+    const size_t dot = name.find('.');
+    const std::string base = name.substr(0, dot);
+    const std::string overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+    if (explicit_ops.count(name) != 0) continue;
+    auto op = c10::Dispatcher::singleton().findSchema({"aten::" + base, overload});
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    bool view = false;
+    for (const c10::Argument& r : op->schema().returns()) {
+      view = view || (r.alias_info() != nullptr && !r.alias_info()->isWrite());
+    }
+    if (view) continue;
+    lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>());
+  }
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace torchtpu_ext

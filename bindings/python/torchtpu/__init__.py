@@ -44,9 +44,18 @@ def _autoload() -> None:
     _device.register()
 
 
-try:
-    import torch as _torch  # noqa: F401
-except ImportError:  # the C ABI binding works without PyTorch
-    pass
-else:
-    _autoload()
+def _backend_built() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchtpu._C") is not None
+
+
+# The C ABI binding works without PyTorch, and without the native backend
+# (a source checkout before `scripts/setup.sh` built it).
+if _backend_built():
+    try:
+        import torch as _torch  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        _autoload()
