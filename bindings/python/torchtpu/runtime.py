@@ -79,7 +79,7 @@ def set_thread_mode(mode: int | None) -> None:
 @contextlib.contextmanager
 def thread_mode(mode: int) -> Iterator[None]:
     """Runs the block in `mode` on this thread, then restores the previous mode."""
-    prev = int(lib.ttpu_current_mode())
+    prev = int(lib.ttpu_thread_mode())  # -1: follows the process mode
     set_thread_mode(mode)
     try:
         yield
