@@ -165,12 +165,12 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
 
 
-class Event(torch.Event):
-    """An event on a tpu stream: record, wait, query, synchronize, elapsed_time."""
-
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device=torch.device("tpu", current_device()), enable_timing=enable_timing,
-                               blocking=blocking, interprocess=interprocess)
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
+    """An event on a tpu stream: record, wait, query, synchronize,
+    elapsed_time. A plain ``torch.Event`` of the current tpu device
+    (PyTorch's event methods accept no subclass)."""
+    return torch.Event(device=torch.device("tpu", current_device()), enable_timing=enable_timing,
+                       blocking=blocking, interprocess=interprocess)
 
 
 def current_stream(device: Any = None) -> torch.Stream:

@@ -1,0 +1,164 @@
+"""The device, the torch.tpu namespace, views and in-place writes, errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+
+def test_device_basics():
+    assert torch.tpu.is_available()
+    n = torch.tpu.device_count()
+    assert n >= 2  # the XLA CPU plugin exposes several devices
+    x = torch.arange(6.0).reshape(2, 3).to("tpu")
+    assert x.device == torch.device("tpu", 0) and x.is_tpu
+    assert torch.equal(x.cpu(), torch.arange(6.0).reshape(2, 3))
+    props = torch.tpu.get_device_properties(0)
+    assert props.platform and props.platform_version is not None
+    assert isinstance(torch.tpu.get_device_name(), str)
+
+
+def test_every_device_and_copies_between_them():
+    src = torch.randn(4, 5)
+    x = src.to("tpu:0")
+    for i in range(torch.tpu.device_count()):
+        y = x.to(f"tpu:{i}")
+        assert y.device.index == i
+        z = (y * 2 + 1).to("tpu:0")
+        torch.testing.assert_close(z.cpu(), src * 2 + 1)
+    with torch.tpu.device(1):
+        assert torch.tpu.current_device() == 1
+        t = torch.ones(3, device="tpu")
+        assert t.device.index == 1
+    assert torch.tpu.current_device() == 0
+
+
+def test_views_write_through_the_storage(eager_mode):
+    base = torch.zeros(4, 6, device="tpu")
+    ref = torch.zeros(4, 6)
+    for b in (base, ref):
+        b[1:3, ::2] += 5  # a strided view, written in place
+        b.t()[0].fill_(7)  # a transposed row
+        v = b.view(-1)
+        v[::5] = -1
+        b.select(1, 5).mul_(3)
+    torch.testing.assert_close(base.cpu(), ref)
+    # The views share the storage, as on any device.
+    a = base[1:3]
+    assert a.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert a.data_ptr() == base.data_ptr() + 6 * 4
+
+
+def test_out_variants_and_resize(eager_mode):
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    out = torch.empty(0, device="tpu")
+    r = torch.add(a.to("tpu"), b.to("tpu"), alpha=2, out=out)
+    assert r is out and out.shape == (3, 4)
+    torch.testing.assert_close(out.cpu(), a + 2 * b)
+    t = torch.arange(4.0, device="tpu")
+    t.resize_(6)
+    torch.testing.assert_close(t[:4].cpu(), torch.arange(4.0))
+
+
+def test_dtype_conversion_and_item(eager_mode):
+    x = torch.tensor([1.5, -2.25, 3.0], device="tpu")
+    assert x.to(torch.int64).cpu().tolist() == [1, -2, 3]
+    assert x.to(torch.bfloat16).dtype == torch.bfloat16
+    assert x.sum().item() == pytest.approx(2.25)
+    assert bool((x > 0).any())
+
+
+def test_mixing_cpu_and_tpu_tensors_raises_like_cuda():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="tpu") + torch.ones(3)
+    # A 0-dim CPU tensor joins as a scalar, as with CUDA.
+    torch.testing.assert_close((torch.ones(3, device="tpu") + torch.tensor(2.0)).cpu(), torch.full((3,), 3.0))
+
+
+def test_unsupported_op_is_a_clear_error():
+    x = torch.randn(8, device="tpu")
+    with pytest.raises(NotImplementedError, match=r"operator aten::_fft_r2c is not implemented for TPU.*enable_cpu_fallback"):
+        torch.fft.rfft(x)
+
+
+def test_cpu_fallback_warns_once_and_counts():
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0])
+    before = torch.tpu.fallback_stats().get("aten::nonzero", 0)
+    torch.tpu.enable_cpu_fallback = True
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            a = torch.nonzero(x.to("tpu"))
+            b = torch.nonzero(x.to("tpu"))
+        assert a.device.type == "tpu"
+        assert torch.equal(a.cpu(), torch.nonzero(x)) and torch.equal(b.cpu(), torch.nonzero(x))
+        msgs = [str(w.message) for w in caught if "aten::nonzero" in str(w.message)]
+        assert len(msgs) <= 1 and (before > 0 or len(msgs) == 1)
+        assert torch.tpu.fallback_stats()["aten::nonzero"] == before + 2
+    finally:
+        torch.tpu.enable_cpu_fallback = False
+    with pytest.raises(NotImplementedError, match="aten::nonzero"):
+        torch.nonzero(x.to("tpu"))
+
+
+def test_rng_is_seeded_and_restorable():
+    torch.manual_seed(123)  # also seeds tpu through torch.tpu.manual_seed_all
+    a = torch.rand(5, device="tpu").cpu()
+    state = torch.tpu.get_rng_state()
+    b = torch.rand(5, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    c = torch.rand(5, device="tpu").cpu()
+    torch.manual_seed(123)
+    d = torch.rand(5, device="tpu").cpu()
+    assert torch.equal(b, c) and torch.equal(a, d) and not torch.equal(a, b)
+    assert 0.0 <= float(a.min()) and float(a.max()) < 1.0
+
+
+def test_memory_stats():
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    x = torch.ones(1024, 1024, device="tpu") * 2  # 4 MiB
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() >= base + 4 * 2**20
+    assert torch.tpu.max_memory_allocated() >= torch.tpu.memory_allocated()
+    del x
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() < base + 4 * 2**20
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == torch.tpu.memory_allocated()
+
+
+def test_eager_modes():
+    E = torch.tpu.EagerMode
+    assert torch.tpu.eager_mode in set(E)
+    with torch.tpu.set_eager_mode(E.DEFER_AND_FUSE):
+        assert torch.tpu.eager_mode == E.DEFER_AND_FUSE
+        before = torch.tpu.compile_cache_stats()["recorded_ops"]
+        x = torch.randn(16, 16)
+        y = ((x.to("tpu") @ x.to("tpu")).relu() + 1).sum()
+        assert torch.tpu.compile_cache_stats()["recorded_ops"] > before
+        torch.testing.assert_close(y.cpu(), ((x @ x).relu() + 1).sum(), rtol=1e-5, atol=1e-4)
+        assert torch.tpu.compile_cache_stats()["flushes"]["host_read"] >= 1
+    assert torch.tpu.eager_mode != E.DEFER_AND_FUSE or torch.tpu.eager_mode == E.DEFER_AND_FUSE
+    text = torch.tpu.explain_recompiles()
+    assert "flushes by reason" in text
+
+
+def test_streams_and_events():
+    s = torch.tpu.Stream()
+    assert s.device.type == "tpu"
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    with torch.tpu.stream(s):
+        assert torch.tpu.current_stream() == s
+        start.record()
+        x = torch.randn(256, 256, device="tpu")
+        y = x @ x
+        end.record()
+    assert torch.tpu.current_stream() != s
+    torch.tpu.current_stream().wait_event(end)
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0.0
+    s.synchronize()
+    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-4, atol=1e-3)
