@@ -2,8 +2,9 @@
 # Idempotent setup for a fresh machine: Debian build dependencies (libclang
 # for bindgen; clang's sanitizer runtime, cmake and valgrind for the C and C++
 # tests), the Rust wasm target, the project-local .venv (PJRT CPU plugin,
-# torch, numpy, cffi, pytest, ninja), the pinned cbindgen, and a release build
-# of the runtime.
+# torch, numpy, cffi, pytest, ninja, expecttest), the pinned cbindgen, a
+# release build of the runtime, and the PyTorch package `torchtpu` (the native
+# backend extension), installed editable into .venv.
 # Downloads come only from the package registries (Debian, PyPI, crates.io).
 # A second run on a ready machine only checks stamps and runs a no-op build.
 set -euo pipefail
@@ -13,7 +14,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # Pinned versions: bump deliberately, together with the committed header.
 CBINDGEN_VERSION=0.29.0
-PY_PACKAGES=(xla-cpu-pjrt numpy cffi pytest ninja)
+PY_PACKAGES=(xla-cpu-pjrt numpy cffi pytest ninja expecttest)
 TORCH_SPEC="torch"
 
 # --- Debian build dependencies ----------------------------------------------
@@ -63,3 +64,17 @@ fi
 # --- build --------------------------------------------------------------------
 log "building libtorchtpu (release)"
 VIRTUAL_ENV="$ROOT/.venv" cargo build --release -q --workspace
+
+# --- the PyTorch package: torchtpu with its native backend (torchtpu._C) -------
+export PATH="$ROOT/.venv/bin:$PATH" MAX_JOBS="${MAX_JOBS:-2}"
+PKG_STAMP=.venv/.torchtpu-package
+PKG_WANT="$ROOT $(cat bindings/python/pyproject.toml bindings/python/setup.py | sha256sum | cut -c1-16)"
+if [ ! -f "$PKG_STAMP" ] || [ "$(cat "$PKG_STAMP")" != "$PKG_WANT" ] \
+    || ! .venv/bin/python -m pip show torchtpu 2>/dev/null | grep -q "$ROOT/bindings/python"; then
+    log "installing the torchtpu package (editable; builds the PyTorch extension, a few minutes once)"
+    .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e bindings/python
+    echo "$PKG_WANT" > "$PKG_STAMP"
+else
+    log "building the PyTorch extension (a no-op when up to date)"
+    (cd bindings/python && ../../.venv/bin/python setup.py -q build_ext --inplace)
+fi

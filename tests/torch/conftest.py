@@ -23,3 +23,20 @@ def eager_mode(request):
     """Runs the test in each eager mode, restoring the previous one."""
     with torch.tpu.set_eager_mode(request.param):
         yield request.param
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The per-op OpInfo table: samples passed / failed / skipped."""
+    try:
+        from test_opinfo import RESULTS
+    except ImportError:
+        return
+    if not RESULTS:
+        return
+    tr = terminalreporter
+    tr.section("OpInfo conformance: samples per op (pass / fail / skip)")
+    full = [n for n, c in RESULTS.items() if c["pass"] and not c["fail"]]
+    for name in sorted(RESULTS):
+        c = RESULTS[name]
+        tr.write_line(f"{name:48s} {c['pass']:3d} {c['fail']:3d} {c['skip']:3d}")
+    tr.write_line(f"ops with every run sample passing: {len(full)} of {len(RESULTS)}")

@@ -5,6 +5,7 @@
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -345,6 +346,8 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
   void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
   c10::Device getDeviceFromPtr(void*) const override { return c10::Device(c10::DeviceType::PrivateUse1, current_device()); }
+  // Host memory needs no pinning for the runtime's transfers.
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
   void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "resizing a tpu storage in place is not supported; resize the tensor instead");
   }

@@ -40,6 +40,9 @@ c10::DeviceIndex tpu_index(const c10::Device& d) { return d.index() >= 0 ? d.ind
 struct Call {
   std::string name;
   std::deque<torchtpu::Tensor> inputs;
+  // Tensor lists: the `Arg`s borrow these handles too.
+  std::deque<std::vector<torchtpu::Tensor>> lists;
+  std::deque<std::vector<std::optional<torchtpu::Tensor>>> optional_lists;
   std::vector<Arg> args;
   c10::DeviceIndex device = -1;
 
@@ -81,7 +84,7 @@ struct Call {
       return Arg(tensor(t));
     }
     if (v.isTensorList()) {
-      std::vector<torchtpu::Tensor> ts;
+      std::vector<torchtpu::Tensor>& ts = lists.emplace_back();
       for (const at::Tensor& t : v.toTensorList().vec()) ts.push_back(tensor(t).retain());
       return Arg(ts);
     }
@@ -95,7 +98,7 @@ struct Call {
       TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' (a float list) is not supported on TPU");
     }
     if (v.isList()) {  // Tensor?[]
-      std::vector<std::optional<torchtpu::Tensor>> ts;
+      std::vector<std::optional<torchtpu::Tensor>>& ts = optional_lists.emplace_back();
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor() && e.toTensor().defined()) {
           ts.emplace_back(tensor(e.toTensor()).retain());
@@ -207,6 +210,21 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
   }
 }
 
+// Whether `f` takes exactly the inputs of `schema` (its arguments other than
+// the out= ones), by name and type: `clamp_min.Tensor_out` must not map to
+// `clamp_min`, which takes a Scalar.
+bool same_inputs(const c10::FunctionSchema& schema, const c10::FunctionSchema& f) {
+  size_t inputs = 0;
+  for (const c10::Argument& a : schema.arguments()) {
+    const bool out = a.kwarg_only() && a.alias_info() != nullptr && a.alias_info()->isWrite();
+    if (out) continue;
+    ++inputs;
+    auto idx = f.argumentIndexWithName(a.name());
+    if (!idx || *f.arguments()[*idx].type() != *a.type()) return false;
+  }
+  return inputs == f.arguments().size();
+}
+
 // The functional overload of an in-place or out= op, if the runtime has it:
 // `add_.Tensor` -> `add.Tensor`, `add.out` -> `add.Tensor` or `add`.
 std::optional<c10::OperatorHandle> functional_of(const c10::FunctionSchema& schema) {
@@ -224,7 +242,7 @@ std::optional<c10::OperatorHandle> functional_of(const c10::FunctionSchema& sche
     const std::string full = overload.empty() ? name : name + "." + overload;
     if (!ttpu_op_exists(full.c_str())) continue;
     auto h = c10::Dispatcher::singleton().findSchema({name, overload});
-    if (h) return h;
+    if (h && same_inputs(schema, h->schema())) return h;
   }
   return std::nullopt;
 }

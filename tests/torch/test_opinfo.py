@@ -1,0 +1,175 @@
+"""Conformance through PyTorch's own OpInfo database: every op's sample
+inputs run on "tpu" and on "cpu" and must agree, forward (float32 and
+bfloat16) and backward (float32, where the op supports autograd).
+
+Each OpInfo is one test. Its outcome:
+- pass: every sample that ran agreed with the CPU;
+- skip "not implemented for TPU": no sample could run because an aten op is
+  missing from the runtime (the message names it);
+- skip for a documented reason: the ops in SKIPS below;
+- fail: any numeric mismatch or unexpected error.
+The session ends with a per-op table of samples passed / failed / skipped
+(see conftest.py). ``TORCHTPU_OPINFO_SAMPLES`` bounds the samples per op and
+dtype (default 2) to keep the suite within CI time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import pytest
+import torch
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils._pytree import tree_flatten, tree_map
+
+SAMPLES = int(os.environ.get("TORCHTPU_OPINFO_SAMPLES", "2"))
+
+# Ops whose results legitimately differ from the CPU's, by design.
+SKIPS = {
+    **{n: "random: values depend on the generator, not comparable across devices" for n in (
+        "bernoulli", "normal", "normal_number_mean", "nn.functional.dropout", "nn.functional.dropout2d",
+        "nn.functional.dropout3d", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+        "rand_like", "randn_like", "randint_like", "randint", "uniform", "multinomial", "cauchy", "exponential",
+        "geometric", "log_normal", "nn.functional.rrelu", "randn", "rand", "nn.functional.fractional_max_pool2d",
+        "nn.functional.fractional_max_pool3d")},
+    **{n: "uninitialized memory: values are unspecified" for n in (
+        "empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted")},
+    "as_strided.partial_views": "harness: the samples are partial views of a larger CPU storage; copying one to "
+                                "another device copies only the view (as on CUDA), so an absolute storage_offset "
+                                "names other elements",
+}
+
+# Arguments that PyTorch requires on the CPU whatever the device (indices of
+# tensor_split are host data).
+KEEP_ON_CPU = {"tensor_split"}
+
+# Per-op outcome counts of samples, printed at the end of the session.
+RESULTS: dict[str, dict[str, int]] = defaultdict(lambda: {"pass": 0, "fail": 0, "skip": 0})
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+# bfloat16 sums of many terms: the runtime accumulates in float32 and rounds
+# once, the CPU kernels round as they go, so results differ by a few bf16 ulps.
+BF16_SUMS = {"addbmm", "_unsafe_masked_index_put_accumulate", "index_put", "baddbmm"}
+BF16_SUM_TOL = dict(rtol=1e-1, atol=2.5e-1)
+
+
+def _to(x, device, grad=False):
+    if isinstance(x, torch.Tensor):
+        y = x.detach().to(device)
+        if grad and x.requires_grad:
+            y.requires_grad_(True)
+        return y
+    return x
+
+
+def _retarget(x, device):
+    """Samples of factory and conversion ops name the CPU device they were
+    made for; on tpu they name tpu."""
+    if isinstance(x, torch.device) and x.type == "cpu":
+        return torch.device(device)
+    if isinstance(x, str) and x == "cpu":
+        return device
+    return x
+
+
+def _run(op, sample, device):
+    first = _to(sample.input, device, True)
+    rest = [sample.args, sample.kwargs]
+    if op.name not in KEEP_ON_CPU:
+        rest = tree_map(lambda t: _retarget(_to(t, device, True), device), rest)
+    args, kwargs = [first, *rest[0]], rest[1]
+    out = op(*args, **kwargs)
+    return args, kwargs, out
+
+
+def _tensors(x):
+    return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
+
+
+def _compare(op_name, got, want, dtype):
+    g, w = _tensors(got), _tensors(want)
+    assert len(g) == len(w), f"{op_name}: {len(g)} tensors on tpu, {len(w)} on cpu"
+    for a, b in zip(g, w):
+        assert a.device.type == "tpu", f"{op_name}: result on {a.device}"
+        a = a.detach().cpu()
+        if b.dtype == torch.bool or not (b.is_floating_point() or b.is_complex()):
+            assert a.dtype == b.dtype and torch.equal(a, b.detach()), f"{op_name}: integer result differs"
+        else:
+            tol = BF16_SUM_TOL if dtype == torch.bfloat16 and op_name in BF16_SUMS else TOL.get(dtype, TOL[torch.float32])
+            torch.testing.assert_close(a, b.detach(), equal_nan=True, **tol)
+
+
+def _backward(op, sample, op_name):
+    cpu_args, cpu_kwargs, cpu_out = _run(op, sample, "cpu")
+    leaves_cpu = [t for t in _tensors([cpu_args, cpu_kwargs]) if t.requires_grad]
+    outs_cpu = [o for o in _tensors(cpu_out) if o.requires_grad and o.is_floating_point()]
+    if not leaves_cpu or not outs_cpu:
+        return False
+    gen = torch.Generator().manual_seed(0)
+    cot = [torch.randn(o.shape, generator=gen, dtype=o.dtype) for o in outs_cpu]
+    want = torch.autograd.grad(outs_cpu, leaves_cpu, cot, allow_unused=True)
+    tpu_args, tpu_kwargs, tpu_out = _run(op, sample, "tpu")
+    leaves = [t for t in _tensors([tpu_args, tpu_kwargs]) if t.requires_grad]
+    outs = [o for o in _tensors(tpu_out) if o.requires_grad and o.is_floating_point()]
+    got = torch.autograd.grad(outs, leaves, [c.to("tpu") for c in cot], allow_unused=True)
+    for a, b in zip(got, want):
+        if b is None:
+            continue
+        assert a is not None, f"{op_name}: a gradient is missing on tpu"
+        torch.testing.assert_close(a.cpu(), b, equal_nan=True, **TOL[torch.float32])
+    return True
+
+
+def _ops():
+    return [pytest.param(op, id=f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name)
+            for op in op_db]
+
+
+@pytest.mark.parametrize("op", _ops())
+def test_opinfo(op):
+    name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+    if op.name in SKIPS or name in SKIPS:
+        pytest.skip(SKIPS.get(name, SKIPS.get(op.name)))
+    counts = RESULTS[name]
+    missing: set[str] = set()
+    ran = 0
+    cpu_dtypes = op.supported_dtypes("cpu")
+    for dtype in (torch.float32, torch.bfloat16):
+        if dtype not in cpu_dtypes:
+            continue
+        grad = dtype == torch.float32 and op.supports_autograd
+        samples = op.sample_inputs("cpu", dtype, requires_grad=grad)
+        for i, sample in enumerate(samples):
+            if i >= SAMPLES:
+                break
+            try:
+                want = op(*tree_map(lambda t: _to(t, "cpu"), [sample.input, *sample.args]),
+                          **tree_map(lambda t: _to(t, "cpu"), sample.kwargs))
+            except Exception:  # the CPU itself rejects the sample
+                counts["skip"] += 1
+                continue
+            try:
+                _, _, got = _run(op, sample, "tpu")
+                _compare(name, got, want, dtype)
+                if grad:
+                    _backward(op, sample, name)
+            except NotImplementedError as e:
+                msg = str(e).split("\n")[0]
+                # The runtime's clear refusals: a missing op, or a dtype
+                # (complex) or argument kind it does not support.
+                if not any(k in msg for k in ("not implemented for TPU", "not supported", "data-dependent",
+                                              "Sparse")):
+                    counts["fail"] += 1
+                    raise
+                missing.add(msg.split(" is not implemented")[0])
+                counts["skip"] += 1
+                continue
+            except Exception:
+                counts["fail"] += 1
+                raise
+            counts["pass"] += 1
+            ran += 1
+    if ran == 0:
+        pytest.skip("not implemented for TPU: " + "; ".join(sorted(missing)) if missing else "no sample ran on CPU")
