@@ -4,7 +4,7 @@
 # UBSan and LSan, the C++ bindings (CTest, the
 # installed CMake package and its example, and a sanitizer run), and the
 # Python conformance suite against PyTorch on CPU (every test in strict,
-# debug and fused mode).
+# debug and fused mode), and the PyTorch device tests (tests/torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -25,3 +25,7 @@ bindings/cpp/run-tests.sh
 
 step "Python conformance suite (C ABI vs PyTorch CPU)"
 .venv/bin/python -m pytest -q tests/python "$@"
+
+step "PyTorch device tpu: OpInfo conformance, training parity, devices, errors, memory"
+.venv/bin/python bindings/python/tools/op_coverage.py
+.venv/bin/python -m pytest -q -rs tests/torch "$@"

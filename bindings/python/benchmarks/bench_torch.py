@@ -1,0 +1,117 @@
+"""PyTorch on "tpu" against PyTorch CPU eager, side by side in one run:
+
+1. dispatch overhead: microseconds per `x + y` on a small tensor, in strict
+   (DEFER_NEVER) and fused (DEFER_AND_FUSE) mode, against CPU eager;
+2. the example GPT's training step (forward, backward, AdamW) in strict,
+   fused and compiled (torch.compile(backend="tpu")) mode, against CPU eager.
+
+Times are medians over repeats after warm-up; the ratios are what to quote
+(machines are shared and noisy).
+
+    .venv/bin/python bindings/python/benchmarks/bench_torch.py [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def load_gpt():
+    spec = importlib.util.spec_from_file_location("example_gpt", EXAMPLES / "gpt.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def dispatch_us(device: str, mode: str | None, n: int = 2000, repeats: int = 5) -> float:
+    """Median microseconds per `x + y` (the result chained, so nothing is dead)."""
+    x = torch.ones(16, device=device)
+    y = torch.ones(16, device=device)
+    ctx = torch.tpu.set_eager_mode(mode) if mode else None
+    times = []
+    try:
+        for r in range(repeats + 1):
+            z = x
+            start = time.perf_counter()
+            for _ in range(n):
+                z = z + y
+            z.sum().item()  # the work is done (and a fused graph flushed)
+            if r:  # the first round compiles
+                times.append((time.perf_counter() - start) / n * 1e6)
+    finally:
+        if ctx:
+            ctx.__exit__(None, None, None)
+    return statistics.median(times)
+
+
+def gpt_step_ms(gpt, device: str, mode: str | None, compile: bool, steps: int) -> float:
+    """Median milliseconds per GPT training step after warm-up."""
+    text = gpt.make_text()
+    chars = sorted(set(text))
+    data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
+    torch.manual_seed(0)
+    model = gpt.GPT(len(chars)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+
+    def step(x, y):
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        loss.backward()
+        return loss
+
+    if compile:
+        step = torch.compile(step, backend="tpu")
+    ctx = torch.tpu.set_eager_mode(mode) if mode else None
+    times = []
+    try:
+        for i, (x, y) in enumerate(gpt.batches(data, steps + 3, 16, 64, 0)):
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = step(x.to(device), y.to(device))
+            opt.step()
+            loss.item()
+            if i >= 3:
+                times.append((time.perf_counter() - start) * 1e3)
+    finally:
+        if ctx:
+            ctx.__exit__(None, None, None)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=20, help="timed GPT steps per configuration")
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, tpu: {torch.tpu.get_device_name()}, {torch.get_num_threads()} CPU threads\n")
+
+    cpu = dispatch_us("cpu", None)
+    strict = dispatch_us("tpu", "DEFER_NEVER")
+    fused = dispatch_us("tpu", "DEFER_AND_FUSE")
+    print("dispatch overhead, x + y on 16 floats (us/op, lower is better)")
+    print(f"  {'cpu eager':22s} {cpu:8.2f}   1.00x")
+    print(f"  {'tpu strict':22s} {strict:8.2f}   {strict / cpu:.2f}x of cpu")
+    print(f"  {'tpu fused':22s} {fused:8.2f}   {fused / cpu:.2f}x of cpu")
+
+    gpt = load_gpt()
+    rows = [("cpu eager", "cpu", None, False), ("tpu strict", "tpu", "DEFER_NEVER", False),
+            ("tpu fused", "tpu", "DEFER_AND_FUSE", False), ("tpu compiled", "tpu", None, True)]
+    print("\nGPT training step (4 layers, 128 wide, batch 16 x 64 tokens; ms/step, lower is better)")
+    base = None
+    for label, device, mode, comp in rows:
+        ms = gpt_step_ms(gpt, device, mode, comp, args.steps)
+        base = base or ms
+        print(f"  {label:22s} {ms:8.2f}   {base / ms:.2f}x the speed of cpu eager")
+
+
+if __name__ == "__main__":
+    main()
