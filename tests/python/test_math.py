@@ -225,3 +225,124 @@ def test_sign_of_nan_and_negative_zero(rt, dtype):
     x = torch.tensor([float("nan"), -0.0, 0.0, -3.0, 2.0, float("-inf")], dtype=dtype)
     check(call(rt, "aten::sign", x), torch.sign(x))
     check(call(rt, "aten::sgn", x), torch.sgn(x))
+
+
+# -------------------------------------------------------------- sort / topk
+
+def _distinct(shape, dtype):
+    """Values without ties, so indices are unambiguous."""
+    n = torch.Size(shape).numel()
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    x = torch.randperm(n).reshape(shape)
+    if dtype.is_floating_point:
+        x = x.float() * 0.37 - n * 0.1
+    return x.to(dtype)
+
+
+SORT_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8]
+
+
+@pytest.mark.parametrize("dtype", SORT_DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort(rt, dtype, dim, descending):
+    x = _distinct((5, 6, 7), dtype) if dtype != torch.uint8 else torch.randint(0, 256, (5, 6, 7), dtype=torch.uint8)
+    want = torch.sort(x, dim, descending)
+    if dtype == torch.uint8:
+        # Ties possible: the stable overload fixes their order.
+        want = torch.sort(x, dim=dim, descending=descending, stable=True)
+    got = call(rt, "aten::sort", x, dim, descending)
+    check(got[0], want.values, atol=0, rtol=0)
+    check(got[1], want.indices, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_stable_ties_nan_and_bool(rt, descending):
+    x = torch.tensor([[3.0, float("nan"), 1.0, 3.0, -0.0, 0.0, float("-inf"), float("nan"), 1.0, float("inf")]])
+    want = torch.sort(x, dim=-1, descending=descending, stable=True)
+    got = call(rt, "aten::sort.stable", x, True, -1, descending)
+    check(got[0], want.values, atol=0, rtol=0)
+    check(got[1], want.indices, atol=0, rtol=0)
+    got = call(rt, "aten::sort", x, -1, descending)
+    check(got[0], want.values, atol=0, rtol=0)
+    check(got[1], want.indices, atol=0, rtol=0)
+    b = torch.tensor([True, False, True, False, False, True])
+    want = torch.sort(b, descending=descending, stable=True)
+    got = call(rt, "aten::sort", b, 0, descending)
+    check(got[0], want.values)
+    check(got[1], want.indices)
+
+
+def test_sort_edge_shapes(rt):
+    s = torch.tensor(2.5)
+    got = call(rt, "aten::sort", s, -1, False)
+    check(got[0], s)
+    check(got[1], torch.tensor(0))
+    e = torch.zeros(3, 0)
+    want = torch.sort(e, 1)
+    got = call(rt, "aten::sort", e, 1, False)
+    check(got[0], want.values)
+    check(got[1], want.indices)
+    with pytest.raises(torchtpu.InvalidArgumentError):
+        call(rt, "aten::sort", torch.zeros(3), 1, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("k,dim,largest", [(1, -1, True), (3, -1, True), (3, 0, False), (7, 1, True), (0, 1, True), (5, 2, False)])
+def test_topk(rt, dtype, k, dim, largest):
+    x = _distinct((5, 7, 6), dtype)
+    want = torch.topk(x, k, dim, largest, True)
+    got = call(rt, "aten::topk", x, k, dim, largest, True)
+    check(got[0], want.values, atol=0, rtol=0)
+    check(got[1], want.indices, atol=0, rtol=0)
+
+
+def test_topk_nan_unsorted_and_errors(rt):
+    x = torch.tensor([1.0, float("nan"), 5.0, -2.0, 4.0])
+    for largest in (True, False):
+        want = torch.topk(x, 3, largest=largest)
+        got = call(rt, "aten::topk", x, 3, -1, largest, True)
+        check(got[0], want.values, atol=0, rtol=0)
+        check(got[1], want.indices, atol=0, rtol=0)
+    # sorted=False may return any order: compare as sets of (value, index).
+    got = call(rt, "aten::topk", x, 2, -1, True, False)
+    want = torch.topk(x, 2, sorted=True)
+    order = torch.argsort(got[1])
+    worder = torch.argsort(want.indices)
+    check(got[1][order], want.indices[worder])
+    check(got[0][order], want.values[worder])
+    with pytest.raises(torchtpu.InvalidArgumentError, match="k out of range"):
+        call(rt, "aten::topk", x, 6)
+
+
+# ------------------------------------------------------------------ randperm
+
+@pytest.mark.parametrize("n,dtype", [(1, None), (10, None), (1000, None), (256, torch.uint8), (100, torch.float32),
+                                     (50, torch.int32), (0, None)])
+def test_randperm_is_a_permutation(rt, n, dtype):
+    from torchtpu import DType
+    args = [n] if dtype is None else [n, DType(dtype)]
+    p = call(rt, "aten::randperm", *args)
+    want_dtype = dtype or torch.int64
+    assert p.dtype == want_dtype and p.shape == (n,)
+    check(torch.sort(p.long()).values, torch.arange(n))
+    if n >= 100:
+        assert not torch.equal(p.long(), torch.arange(n)), "a permutation of 100+ elements is not the identity"
+
+
+def test_randperm_reproducible_and_errors(rt):
+    from torchtpu import DType
+    rt.manual_seed(7)
+    a = call(rt, "aten::randperm", 50)
+    b = call(rt, "aten::randperm", 50)
+    rt.manual_seed(7)
+    a2 = call(rt, "aten::randperm", 50)
+    check(a2, a)
+    assert not torch.equal(a, b)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="non-negative"):
+        call(rt, "aten::randperm", -1)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="uint8"):
+        call(rt, "aten::randperm", 257, DType(torch.uint8))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="Bool"):
+        call(rt, "aten::randperm", 2, DType(torch.bool))
