@@ -386,3 +386,84 @@ def test_inplace_through_view(rt):
     rt.call("aten::index_add_", v, 0, tpu(rt, ia), tpu(rt, srca))
     vt.index_add_(0, ia, srca)
     check(cpu(base), base_t)
+
+
+# ----------------------------------------------------------- masked_scatter
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_shape", [(3, 4), (4,), (3, 1), ()])
+def test_masked_scatter(rt, dtype, mask_shape):
+    x = data((3, 4), dtype)
+    mask = torch.rand(mask_shape) > 0.5
+    # More source than needed: only the leading elements are used.
+    src = data((2, 7), dtype)
+    check(call(rt, "aten::masked_scatter", x, mask, src), torch.masked_scatter(x, mask, src), **exact(dtype))
+
+
+def test_masked_scatter_broadcasts_self_and_inplace(rt):
+    x = torch.randn(4)
+    mask = torch.tensor([[True, False, True, True], [False, False, True, False]])
+    src = torch.randn(8)
+    check(call(rt, "aten::masked_scatter", x, mask, src), torch.masked_scatter(x, mask, src))
+    y = torch.randn(2, 4)
+    yt = tpu(rt, y)
+    out = rt.call1("aten::masked_scatter_", yt, tpu(rt, mask), tpu(rt, src))
+    assert out.same_storage(yt)
+    check(cpu(yt), y.masked_scatter(mask, src))
+
+
+def test_masked_scatter_errors(rt):
+    x = torch.randn(3)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="boolean"):
+        call(rt, "aten::masked_scatter", x, torch.ones(3, dtype=torch.int64), x)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="same dtypes"):
+        call(rt, "aten::masked_scatter", x, torch.ones(3, dtype=torch.bool), x.double())
+
+
+# --------------------------------------------------- slice / select scatter
+
+SLICES = [  # dim, start, end, step
+    (0, None, None, 1), (1, 1, 5, 2), (-1, -4, None, 3), (2, 0, 2, 1), (1, 4, 100, 1), (1, 3, 1, 1),
+    (0, -100, 2, 2), (2, 1, 3, 5),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+@pytest.mark.parametrize("case", range(len(SLICES)))
+def test_slice_scatter(rt, dtype, case):
+    dim, start, end, step = SLICES[case]
+    x = data((3, 6, 4), dtype)
+    shape = list(torch.ops.aten.slice.Tensor(x, dim, start, end, step).shape)
+    src = data(shape, dtype)
+    want = torch.slice_scatter(x, src, dim, start, end, step)
+    check(call(rt, "aten::slice_scatter", x, src, dim, start, end, step), want, **exact(dtype))
+
+
+def test_slice_scatter_casts_src_and_checks_shape(rt):
+    x = torch.zeros(3, 4)
+    src = torch.arange(6, dtype=torch.float64).reshape(3, 2)
+    check(call(rt, "aten::slice_scatter", x, src, 1, 0, 4, 2), torch.slice_scatter(x, src, 1, 0, 4, 2))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="size equal to the slice"):
+        call(rt, "aten::slice_scatter", x, torch.ones(3, 3), 1, 0, 4, 2)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="step"):
+        call(rt, "aten::slice_scatter", x, src, 1, 0, 4, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize("dim,index", [(0, 0), (0, -1), (1, 3), (-1, 2), (2, -4)])
+def test_select_scatter(rt, dtype, dim, index):
+    x = data((3, 5, 4), dtype)
+    src = data(x.select(dim, index).shape, dtype)
+    want = torch.select_scatter(x, src, dim, index)
+    check(call(rt, "aten::select_scatter", x, src, dim, index), want, **exact(dtype))
+
+
+def test_select_scatter_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="out of range"):
+        call(rt, "aten::select_scatter", x, torch.ones(4), 0, 3)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="size equal"):
+        call(rt, "aten::select_scatter", x, torch.ones(3), 0, 1)
+    # A 1-d self selects a 0-dim slice.
+    v = torch.arange(5.0)
+    check(call(rt, "aten::select_scatter", v, torch.tensor(9.0), 0, 2), torch.select_scatter(v, torch.tensor(9.0), 0, 2))

@@ -524,3 +524,43 @@ def test_conv_and_pool_channels_last_views(rt):
     got = [cpu(t) for t in rt.call("aten::native_layer_norm", xt, [7], None, None, 1e-5)]
     for g, e in zip(got, A.native_layer_norm(x, [7], None, None, 1e-5)):
         check(g, e, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------- mse loss
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_mse_loss(rt, dtype, reduction):
+    x = torch.randn(4, 5, dtype=dtype)
+    t = torch.randn(4, 5, dtype=dtype)
+    name = ["none", "mean", "sum"][reduction]
+    want = F.mse_loss(x, t, reduction=name)
+    check(call(rt, "aten::mse_loss", x, t, reduction), want, **tol_for(dtype, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_mse_loss_backward(rt, dtype, reduction):
+    x = torch.randn(3, 6, dtype=dtype, requires_grad=True)
+    t = torch.randn(3, 6, dtype=dtype)
+    name = ["none", "mean", "sum"][reduction]
+    out = F.mse_loss(x, t, reduction=name)
+    g = torch.randn_like(out)
+    (want,) = torch.autograd.grad(out, x, g)
+    got = call(rt, "aten::mse_loss_backward", g, x.detach(), t, reduction)
+    check(got, want, **tol_for(dtype, 1e-5))
+
+
+def test_mse_loss_broadcast_promotion_and_errors(rt):
+    x = torch.randn(3, 1)
+    t = torch.randn(4).to(torch.bfloat16)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = F.mse_loss(x, t, reduction="sum")
+    check(call(rt, "aten::mse_loss", x, t, 2), want)
+    check(call(rt, "aten::mse_loss", torch.randn(0), torch.randn(0), 1), F.mse_loss(torch.randn(0), torch.randn(0)))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="mse"):
+        call(rt, "aten::mse_loss", torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.int64), 1)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="reduction"):
+        call(rt, "aten::mse_loss", x, x, 5)

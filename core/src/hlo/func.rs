@@ -711,6 +711,21 @@ impl Func {
         self.op("stablehlo.scatter", &[operand, indices, updates], &[region], &attrs, &[ty])[0]
     }
 
+    // --------------------------------------------------------------------- sort
+
+    /// `stablehlo.sort` of `inputs` (same shape) along `dim`. `less` gets
+    /// `(lhs, rhs)` pairs of every input, interleaved as the comparator's
+    /// block arguments are, and returns whether lhs goes first.
+    pub fn sort(&mut self, inputs: &[V], dim: usize, stable: bool, less: impl FnOnce(&mut Func, &[V]) -> V) -> Vec<V> {
+        let arg_tys: Vec<Ty> = inputs.iter().flat_map(|v| {
+            let t = Ty::scalar(self.ty(*v).elem);
+            [t.clone(), t]
+        }).collect();
+        let region = self.region(&arg_tys, |f, a| vec![less(f, a)]);
+        let results: Vec<Ty> = inputs.iter().map(|v| self.ty(*v).clone()).collect();
+        self.op("stablehlo.sort", inputs, &[region], &format!("dimension = {dim} : i64, is_stable = {stable}"), &results)
+    }
+
     // ---------------------------------------------------------------------- rng
 
     /// Threefry bits from a `tensor<2xui64>` state; returns `(new_state, bits)`.

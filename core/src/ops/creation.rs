@@ -1,6 +1,7 @@
 //! Factory ops (`full`, `zeros`, `arange`, `eye`, `linspace`, the `_like`
 //! forms), fills, and random sampling from the device's counter-based
-//! generator (`rand`, `randn`, `randint`, `uniform_`, `normal_`, `bernoulli`).
+//! generator (`rand`, `randn`, `randint`, `randperm`, `uniform_`, `normal_`,
+//! `bernoulli`).
 //!
 //! Factory ops have no tensor inputs; their `device` argument is handled by
 //! the runtime. Fill values are runtime scalars, so a new value never
@@ -431,7 +432,41 @@ fn randint(cx: &mut Cx, low: i64, high: i64, size: &[i64], dtype: Option<DType>)
     Ok(cx.f.convert(v, d))
 }
 
+/// A random permutation of `0..n`: an iota sorted by 64-bit random keys
+/// (a tie, which would only keep two elements in order, has odds ~n^2/2^65).
+fn randperm(cx: &mut Cx, n: i64, dtype: Option<DType>) -> Result<V> {
+    if n < 0 {
+        bail_op!(&*cx.op, "n must be non-negative, got {n}");
+    }
+    let d = dtype.unwrap_or(DType::I64);
+    // n - 1 must be exact in the result type.
+    let max = match d {
+        DType::Bool => bail_op!(&*cx.op, "\"randperm\" not implemented for 'Bool'"),
+        DType::U8 => u8::MAX as i64,
+        DType::I8 => i8::MAX as i64,
+        DType::I16 => i16::MAX as i64,
+        DType::I32 => i32::MAX as i64,
+        DType::F16 | DType::BF16 | DType::F32 => 1 << digits(d),
+        _ => i64::MAX,
+    };
+    if n > 0 && n - 1 > max {
+        bail_op!(&*cx.op, "n - 1 = {} is not exact in dtype {d} (at most {max})", n - 1);
+    }
+    let iota = cx.f.iota(&Ty::new(Elem::I64, &[n]), 0);
+    let perm = if n <= 1 {
+        iota
+    } else {
+        let keys = random_bits(cx, Elem::U64, &[n]);
+        super::sort::sort_with(cx, keys, iota, 0, false).1
+    };
+    Ok(cx.f.convert(perm, d))
+}
+
 fn register_random(r: &mut Registry) {
+    // native_functions.yaml spells the default `dtype=long`; None means the same here.
+    r.op(&format!("aten::randperm(SymInt n, *, {FACTORY}) -> Tensor"), |cx, a| {
+        Ok(vec![randperm(cx, a.int(0)?, a.opt_dtype(1))?])
+    });
     r.op(&format!("aten::rand(SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
         let size = a.ints(0)?;
         check_size(cx, size)?;

@@ -92,6 +92,24 @@ fn register_unary(r: &mut Registry) {
         ("tan", Float, |f, x| f.unary("stablehlo.tan", x)),
         ("tanh", Float, |f, x| f.unary("stablehlo.tanh", x)),
         ("atan", Float, |f, x| f.unary("chlo.atan", x)),
+        ("asin", Float, |f, x| f.unary("chlo.asin", x)),
+        ("acos", Float, |f, x| f.unary("chlo.acos", x)),
+        ("sinh", Float, |f, x| f.unary("chlo.sinh", x)),
+        ("cosh", Float, |f, x| f.unary("chlo.cosh", x)),
+        ("asinh", Float, |f, x| f.unary("chlo.asinh", x)),
+        ("acosh", Float, |f, x| f.unary("chlo.acosh", x)),
+        ("atanh", Float, |f, x| f.unary("chlo.atanh", x)),
+        ("erfinv", Float, |f, x| f.unary("chlo.erf_inv", x)),
+        ("log10", Float, |f, x| {
+            let l = f.unary("stablehlo.log", x);
+            let c = f.full_like(x, std::f64::consts::LOG10_E);
+            f.mul(l, c)
+        }),
+        // `power` rather than exp(x ln 2): exact for integral x.
+        ("exp2", Float, |f, x| {
+            let two = f.full_like(x, 2.0);
+            f.binary("stablehlo.power", two, x)
+        }),
         ("sigmoid", Float, |f, x| f.unary("stablehlo.logistic", x)),
         ("erf", Float, |f, x| f.unary("chlo.erf", x)),
         ("reciprocal", Float, |f, x| {
@@ -117,6 +135,14 @@ fn register_unary(r: &mut Registry) {
                 let nz = f.compare(Cmp::Ne, x, zero);
                 let elem = f.ty(x).elem;
                 f.convert(nz, elem)
+            } else if f.ty(x).elem.is_float() {
+                // (x > 0) - (x < 0), as PyTorch computes it: NaN and -0 give 0.
+                let zero = f.full_like(x, 0.0);
+                let pos = f.compare(Cmp::Gt, x, zero);
+                let neg = f.compare(Cmp::Lt, x, zero);
+                let elem = f.ty(x).elem;
+                let (pos, neg) = (f.convert(pos, elem), f.convert(neg, elem));
+                f.sub(pos, neg)
             } else {
                 f.unary("stablehlo.sign", x)
             }
@@ -125,6 +151,30 @@ fn register_unary(r: &mut Registry) {
     for &(name, out, body) in table {
         unary(r, name, out, body);
     }
+    // For real tensors `sgn` is `sign`.
+    let sign = table.iter().find(|(n, _, _)| *n == "sign").unwrap().2;
+    unary(r, "sgn", Same, sign);
+    r.op_and_inplace("aten::frac(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let d = cx.dtype(x);
+        if !d.is_float() {
+            bail_op!(&*cx.op, "\"frac_cpu\" not implemented for '{d}'");
+        }
+        // x - trunc(x) is exact in x's own precision.
+        Ok(vec![apply_unary(cx, x, Same, |f, x| {
+            let t = trunc(f, x);
+            f.sub(x, t)
+        })])
+    });
+    r.op_and_inplace("aten::bitwise_not(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let d = cx.dtype(x);
+        if d.is_float() {
+            bail_op!(&*cx.op, "\"bitwise_not_cpu\" not implemented for '{d}'");
+        }
+        // `not` is bitwise on integers and logical on i1.
+        Ok(vec![cx.f.not(x)])
+    });
     r.op_and_inplace("aten::gelu(Tensor self, *, str approximate='none') -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let tanh = match a.opt_str(1).unwrap_or("none") {
@@ -389,6 +439,31 @@ fn register_binary(r: &mut Registry) {
     r.op("aten::pow.Scalar(Scalar self, Tensor exponent) -> Tensor", move |cx, a| {
         Ok(vec![apply_binary(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, None, pow_body)?])
     });
+    r.op_and_inplace("aten::atan2(Tensor self, Tensor other) -> Tensor", |cx, a| {
+        let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+        let d = float_of(result_dtype(cx, &[x, y]));
+        Ok(vec![apply_binary(cx, x, y, Some(d), |cx, a, b, _| Ok(cx.f.binary("stablehlo.atan2", a, b)))?])
+    });
+    r.op_and_inplace("aten::hypot(Tensor self, Tensor other) -> Tensor", |cx, a| {
+        Ok(vec![apply_binary(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, None, |cx, a, b, d| {
+            if !d.is_float() {
+                bail_op!(&*cx.op, "\"hypot_cpu\" not implemented for '{d}'");
+            }
+            Ok(hypot(&mut cx.f, a, b))
+        })?])
+    });
+    r.op_and_inplace("aten::lerp.Scalar(Tensor self, Tensor end, Scalar weight) -> Tensor", |cx, a| {
+        Ok(vec![lerp(cx, a.tensor(0)?, a.tensor(1)?, Ew::S(a.scalar(2)?))?])
+    });
+    r.op_and_inplace("aten::lerp.Tensor(Tensor self, Tensor end, Tensor weight) -> Tensor", |cx, a| {
+        Ok(vec![lerp(cx, a.tensor(0)?, a.tensor(1)?, Ew::T(a.tensor(2)?))?])
+    });
+    r.op_and_inplace("aten::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", |cx, a| {
+        Ok(vec![addc(cx, a, false)?])
+    });
+    r.op_and_inplace("aten::addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", |cx, a| {
+        Ok(vec![addc(cx, a, true)?])
+    });
     r.op_and_inplace("aten::clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor", |cx, a| {
         clamp(cx, Ew::arg(a, 0)?, Ew::opt_arg(a, 1), Ew::opt_arg(a, 2))
     });
@@ -410,6 +485,89 @@ fn register_binary(r: &mut Registry) {
     r.op("aten::where.ScalarSelf(Tensor condition, Scalar self, Tensor other) -> Tensor", |cx, a| {
         where_(cx, a.tensor(0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?)
     });
+}
+
+/// `sqrt(a^2 + b^2)` without overflow or underflow in the squares, as C's
+/// `hypot`: inf if either is inf (even with a NaN), else NaN propagates.
+fn hypot(f: &mut Func, a: V, b: V) -> V {
+    let (a, b) = (f.unary("stablehlo.abs", a), f.unary("stablehlo.abs", b));
+    let hi = f.max(a, b);
+    let lo = f.min(a, b);
+    let r = f.div(lo, hi);
+    let one = f.full_like(a, 1.0);
+    let r2 = f.mul(r, r);
+    let s = f.add(one, r2);
+    let s = f.unary("stablehlo.sqrt", s);
+    let y = f.mul(hi, s);
+    // hi == 0 makes r 0/0; the result is 0.
+    let zero = f.full_like(a, 0.0);
+    let hi_zero = f.compare(Cmp::Eq, hi, zero);
+    let y = f.select(hi_zero, zero, y);
+    let inf = f.full_like(a, f64::INFINITY);
+    let a_inf = f.compare(Cmp::Eq, a, inf);
+    let b_inf = f.compare(Cmp::Eq, b, inf);
+    let any_inf = f.or(a_inf, b_inf);
+    f.select(any_inf, inf, y)
+}
+
+/// `self + weight * (end - self)`, switching to `end - (end - self) * (1 -
+/// weight)` for `|weight| >= 0.5` as PyTorch does, in opmath.
+fn lerp(cx: &mut Cx, x: V, end: V, w: Ew) -> Result<V> {
+    let d = cx.dtype(x);
+    if cx.dtype(end) != d {
+        bail_op!(&*cx.op, "expected dtype {d} for `end` but got dtype {}", cx.dtype(end));
+    }
+    if let Ew::T(wt) = w {
+        if cx.dtype(wt) != d {
+            bail_op!(&*cx.op, "expected dtype {d} for `weight` but got dtype {}", cx.dtype(wt));
+        }
+    }
+    if !d.is_float() {
+        bail_op!(&*cx.op, "\"lerp_kernel\" not implemented for '{d}'");
+    }
+    let (vs, _) = prepare(cx, &[Ew::T(x), Ew::T(end), w], d.opmath())?;
+    let (s, e, w) = (vs[0], vs[1], vs[2]);
+    let f = &mut cx.f;
+    let diff = f.sub(e, s);
+    let aw = f.unary("stablehlo.abs", w);
+    let half = f.full_like(w, 0.5);
+    let small = f.compare(Cmp::Lt, aw, half);
+    let wd = f.mul(w, diff);
+    let from_self = f.add(s, wd);
+    let one = f.full_like(w, 1.0);
+    let omw = f.sub(one, w);
+    let dw = f.mul(diff, omw);
+    let from_end = f.sub(e, dw);
+    let y = f.select(small, from_self, from_end);
+    Ok(cx.f.convert(y, d))
+}
+
+/// `addcmul`: `self + value * t1 * t2`; `addcdiv`: `self + value * t1 / t2`,
+/// evaluated left to right in opmath as PyTorch's CPU kernels do.
+fn addc(cx: &mut Cx, a: &super::Args, div: bool) -> Result<V> {
+    let (x, t1, t2) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?);
+    let value = a.scalar(3)?;
+    let d = result_dtype(cx, &[x, t1, t2]);
+    let integral = |e: Ew| matches!(e, Ew::T(v) if !cx.dtype(v).is_float());
+    if div && integral(t1) && integral(t2) {
+        bail_op!(
+            &*cx.op,
+            "Integer division with addcdiv is no longer supported, and in a future release addcdiv will perform a \
+             true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + value * \
+             torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer inputs and as (input + value * tensor1 / \
+             tensor2) for float inputs. The future addcdiv behavior is just the latter implementation: (input + value \
+             * tensor1 / tensor2), for all dtypes."
+        );
+    }
+    if d == DType::Bool {
+        bail_op!(&*cx.op, "{} is not implemented for bool tensors", if div { "addcdiv" } else { "addcmul" });
+    }
+    let (vs, dims) = prepare(cx, &[x, t1, t2], d.opmath())?;
+    let v = materialize(cx, Ew::S(value), d.opmath(), &dims);
+    let s = cx.f.mul(v, vs[1]);
+    let s = if div { cx.f.div(s, vs[2]) } else { cx.f.mul(s, vs[2]) };
+    let y = cx.f.add(vs[0], s);
+    Ok(cx.f.convert(y, d))
 }
 
 fn where_(cx: &mut Cx, cond: V, x: Ew, y: Ew) -> Result<Vec<V>> {

@@ -1,6 +1,8 @@
 //! Indexing: `index_select`, `gather`, `scatter` (+ `_add`, `_reduce`),
-//! advanced indexing (`index.Tensor`, `index_put`), `index_add` and
-//! `masked_fill`, lowered to `stablehlo.gather` / `stablehlo.scatter`.
+//! advanced indexing (`index.Tensor`, `index_put`), `index_add`,
+//! `masked_fill` and `masked_scatter`, lowered to `stablehlo.gather` /
+//! `stablehlo.scatter`; `slice_scatter` and `select_scatter` as pads and
+//! selects.
 //!
 //! Negative indices wrap (`i + size` where `i < 0`) as in PyTorch. Indices
 //! are device data, so out-of-range values cannot be reported: like XLA's
@@ -19,6 +21,7 @@ pub fn register(r: &mut Registry) {
     register_dim_ops(r);
     register_advanced(r);
     register_masked(r);
+    register_slice_scatter(r);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -568,11 +571,142 @@ fn masked_fill(cx: &mut Cx, x: V, mask: V, value: Ew) -> Result<V> {
     Ok(cx.f.select(m, v, xb))
 }
 
+/// Fills the positions where `mask` is true with consecutive elements of
+/// `source` (in row-major order). Each position's source element is the
+/// number of true mask elements before it; a `source` too short for the
+/// mask (an error in PyTorch, found only on the device here) repeats its
+/// last element, as gathers clamp.
+fn masked_scatter(cx: &mut Cx, x: V, mask: V, source: V) -> Result<V> {
+    if cx.dtype(mask) != DType::Bool {
+        bail_op!(&*cx.op, "masked_scatter_ only supports boolean masks, but got mask with dtype {}", cx.dtype(mask));
+    }
+    let (d, sd) = (cx.dtype(x), cx.dtype(source));
+    if d != sd {
+        bail_op!(&*cx.op, "masked_scatter: expected self and source to have same dtypes but got {d} and {sd}");
+    }
+    let dims = shape::broadcast(&cx.op, &cx.dims(x), &cx.dims(mask))?;
+    let xb = cx.f.broadcast_to(x, &dims);
+    let (n, src_n) = (shape::numel(&dims), shape::numel(&cx.dims(source)));
+    if n == 0 || src_n == 0 {
+        return Ok(xb);
+    }
+    let m = cx.f.broadcast_to(mask, &dims);
+    let m = cx.f.reshape(m, &[n]);
+    let ones = cx.f.convert(m, Elem::I64);
+    let count = super::reduce::scan(cx, ones, 0, Reducer::Add);
+    let one = cx.f.full_like(count, 1.0);
+    let pos = cx.f.sub(count, one);
+    let pos = cx.f.reshape(pos, &[n, 1]);
+    let src = cx.f.reshape(source, &[src_n]);
+    let picked = cx.f.gather(src, pos, &[], &[0], &[0], 1, &[1], &[n]);
+    let xf = cx.f.reshape(xb, &[n]);
+    let out = cx.f.select(m, picked, xf);
+    Ok(cx.f.reshape(out, &dims))
+}
+
 fn register_masked(r: &mut Registry) {
+    r.op_and_inplace("aten::masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", |cx, a| {
+        Ok(vec![masked_scatter(cx, a.tensor(0)?, a.tensor(1)?, a.tensor(2)?)?])
+    });
     r.op_and_inplace("aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor", |cx, a| {
         Ok(vec![masked_fill(cx, a.tensor(0)?, a.tensor(1)?, Ew::S(a.scalar(2)?))?])
     });
     r.op_and_inplace("aten::masked_fill.Tensor(Tensor self, Tensor mask, Tensor value) -> Tensor", |cx, a| {
         Ok(vec![masked_fill(cx, a.tensor(0)?, a.tensor(1)?, Ew::T(a.tensor(2)?))?])
+    });
+}
+
+// ------------------------------------------------- slice / select scatter
+
+/// `x` with `src` written to every `step`-th position of dim `d` from
+/// `start`: `src` padded into place, and a mask padded the same way.
+fn embed_slice(cx: &mut Cx, x: V, src: V, d: usize, start: i64, step: i64) -> V {
+    let xd = cx.dims(x);
+    let sd = cx.dims(src);
+    let rank = xd.len();
+    if shape::numel(&sd) == 0 {
+        return x;
+    }
+    let src = cx.f.convert(src, cx.ty(x).elem);
+    let mut low = vec![0; rank];
+    let mut high = vec![0; rank];
+    let mut interior = vec![0; rank];
+    low[d] = start;
+    interior[d] = step - 1;
+    high[d] = xd[d] - (start + (sd[d] - 1) * step + 1);
+    let zero = cx.f.splat(&Ty::scalar(cx.ty(x).elem), 0.0);
+    let placed = cx.f.pad(src, zero, &low, &high, &interior);
+    let t = cx.f.splat(&Ty::new(Elem::Pred, &sd), 1.0);
+    let f = cx.f.splat(&Ty::scalar(Elem::Pred), 0.0);
+    let mask = cx.f.pad(t, f, &low, &high, &interior);
+    cx.f.select(mask, placed, x)
+}
+
+fn check_src_shape(cx: &Cx, src: V, want: &[i64], what: &str) -> Result<()> {
+    let sd = cx.dims(src);
+    if sd != want {
+        bail_op!(
+            &*cx.op,
+            "expected src to have a size equal to the {what} of self. src size = {}, {what} size = {}",
+            shape::fmt(&sd),
+            shape::fmt(want)
+        );
+    }
+    Ok(())
+}
+
+fn slice_scatter(cx: &mut Cx, x: V, src: V, dim: i64, start: Option<i64>, end: Option<i64>, step: i64) -> Result<V> {
+    let xd = cx.dims(x);
+    if xd.is_empty() {
+        bail_op!(&*cx.op, "slice() cannot be applied to a 0-dim tensor.");
+    }
+    let d = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    if step <= 0 {
+        bail_op!(&*cx.op, "slice step must be positive, got {step}");
+    }
+    // The bounds clamp as `slice` clamps them.
+    let n = xd[d];
+    let (mut start, mut end) = (start.unwrap_or(0), end.unwrap_or(i64::MAX));
+    if start < 0 {
+        start += n;
+    }
+    if end < 0 {
+        end += n;
+    }
+    start = start.clamp(0, n);
+    end = end.clamp(start, n.max(start));
+    let mut want = xd.clone();
+    want[d] = (end - start + step - 1) / step;
+    check_src_shape(cx, src, &want, "slice")?;
+    Ok(embed_slice(cx, x, src, d, start, step))
+}
+
+fn select_scatter(cx: &mut Cx, x: V, src: V, dim: i64, index: i64) -> Result<V> {
+    let xd = cx.dims(x);
+    if xd.is_empty() {
+        bail_op!(&*cx.op, "select() cannot be applied to a 0-dim tensor.");
+    }
+    let d = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    let n = xd[d];
+    if index < -n || index >= n {
+        bail_op!(&*cx.op, "select(): index {index} out of range for tensor of size {} at dimension {d}", shape::fmt(&xd));
+    }
+    let i = if index < 0 { index + n } else { index };
+    let mut want = xd.clone();
+    want.remove(d);
+    check_src_shape(cx, src, &want, "selected slice")?;
+    let mut with_one = xd.clone();
+    with_one[d] = 1;
+    let src = cx.f.reshape(src, &with_one);
+    Ok(embed_slice(cx, x, src, d, i, 1))
+}
+
+fn register_slice_scatter(r: &mut Registry) {
+    r.op(
+        "aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor",
+        |cx, a| Ok(vec![slice_scatter(cx, a.tensor(0)?, a.tensor(1)?, a.int(2)?, a.opt_int(3), a.opt_int(4), a.int(5)?)?]),
+    );
+    r.op("aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor", |cx, a| {
+        Ok(vec![select_scatter(cx, a.tensor(0)?, a.tensor(1)?, a.int(2)?, a.int(3)?)?])
     });
 }

@@ -20,6 +20,7 @@ mod nn;
 mod reduce;
 pub mod schema;
 mod shape_ops;
+mod sort;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -334,6 +335,7 @@ impl Registry {
         linalg::register(&mut r);
         shape_ops::register(&mut r);
         index::register(&mut r);
+        sort::register(&mut r);
         nn::register(&mut r);
         copy::register(&mut r);
         r

@@ -1,5 +1,5 @@
 //! Neural-network ops: softmax / log_softmax, layer norm, convolution
-//! (regular and transposed), max / average pooling, dropout, NLL loss,
+//! (regular and transposed), max / average pooling, dropout, NLL and MSE loss,
 //! embedding, extra activations and the backward kernels of the common
 //! activations. Half-precision inputs compute in f32 and round once, as
 //! PyTorch's CPU kernels do.
@@ -20,6 +20,7 @@ pub fn register(r: &mut Registry) {
     register_pooling(r);
     register_dropout(r);
     register_loss(r);
+    register_mse(r);
     register_embedding(r);
     register_activations(r);
     register_backward(r);
@@ -853,6 +854,74 @@ fn register_loss(r: &mut Registry) {
             Ok(vec![cx.f.convert(out, d), cx.f.convert(total, d)])
         },
     );
+}
+
+/// The dtype of `mse_loss` and its backward: the promoted float type.
+fn mse_dtype(cx: &Cx, xs: &[Ew]) -> Result<DType> {
+    let d = result_dtype(cx, xs);
+    if !d.is_float() {
+        bail_op!(&*cx.op, "\"mse_cpu\" not implemented for '{d}'");
+    }
+    Ok(d)
+}
+
+/// Rounds an opmath value to `d` and back: the intermediate roundings of
+/// PyTorch's half-precision vectorized kernels, which round after each op.
+fn round_to(cx: &mut Cx, v: V, d: DType) -> V {
+    let r = cx.f.convert(v, d);
+    cx.f.convert(r, d.opmath())
+}
+
+fn register_mse(r: &mut Registry) {
+    r.op("aten::mse_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor", |cx, a| {
+        let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
+        let reduction = a.int(2)?;
+        let d = mse_dtype(cx, &xs)?;
+        let (vs, dims) = prepare(cx, &xs, d.opmath())?;
+        let diff = cx.f.sub(vs[0], vs[1]);
+        let diff = round_to(cx, diff, d);
+        let sq = cx.f.mul(diff, diff);
+        // PyTorch reduces a loss tensor of the result type: each squared
+        // difference rounds to it first.
+        let sq = cx.f.convert(sq, d);
+        if reduction == 0 {
+            return Ok(vec![sq]);
+        }
+        let sq = cx.f.convert(sq, d.opmath());
+        let all: Vec<usize> = (0..dims.len()).collect();
+        let total = sum(cx, sq, &all);
+        let out = match reduction {
+            1 => {
+                let n = cx.f.full_like(total, shape::numel(&dims) as f64);
+                cx.f.div(total, n)
+            }
+            2 => total,
+            other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
+        };
+        Ok(vec![cx.f.convert(out, d)])
+    });
+    r.op("aten::mse_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction) -> Tensor", |cx, a| {
+        let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?];
+        let reduction = a.int(3)?;
+        let d = mse_dtype(cx, &xs)?;
+        let n = shape::numel(&cx.dims(a.tensor(1)?));
+        let norm = match reduction {
+            0 | 2 => 2.0,
+            1 => 2.0 / n as f64,
+            other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
+        };
+        let (vs, _) = prepare(cx, &xs, d.opmath())?;
+        // norm * (self - target) * grad, in PyTorch's order.
+        let diff = cx.f.sub(vs[1], vs[2]);
+        let diff = round_to(cx, diff, d);
+        let nv = cx.f.splat(&Ty::scalar(d), norm);
+        let nv = cx.f.convert(nv, d.opmath());
+        let nv = cx.f.broadcast_to(nv, &cx.dims(diff));
+        let y = cx.f.mul(nv, diff);
+        let y = round_to(cx, y, d);
+        let y = cx.f.mul(y, vs[0]);
+        Ok(vec![cx.f.convert(y, d)])
+    });
 }
 
 // ---------------------------------------------------------------- embedding

@@ -553,7 +553,7 @@ fn register_misc(r: &mut Registry) {
 
 /// An inclusive scan along `dim` as a `reduce_window` whose window covers
 /// the element and everything before it (padding of `n - 1` in front).
-fn scan(cx: &mut Cx, x: V, dim: usize, r: Reducer) -> V {
+pub(super) fn scan(cx: &mut Cx, x: V, dim: usize, r: Reducer) -> V {
     let ty = cx.ty(x).clone();
     let n = ty.dims[dim];
     if n <= 1 {
