@@ -259,3 +259,94 @@ def test_adaptive_avg_pool2d(rt, shape, out, dtype):
 def test_adaptive_avg_pool1d(rt, out):
     x = sample((2, 3, 10))
     check(call(rt, "aten::adaptive_avg_pool1d", x, [out]), A.adaptive_avg_pool1d(x, [out]), atol=1e-6, rtol=1e-5)
+
+
+# --------------------------------------------------------------- batch norm
+
+def bn_inputs(shape, dtype, pdtype):
+    c = shape[1]
+    x = sample(shape, dtype, scale=2) + 0.5
+    w, b = sample((c,), pdtype), sample((c,), pdtype)
+    rm, rv = sample((c,), pdtype), (torch.rand(c) + 0.5).to(pdtype)
+    return x, w, b, rm, rv
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5), (2, 3, 4, 5)])
+@pytest.mark.parametrize("dtype,pdtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                          (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_legit(rt, shape, dtype, pdtype, training):
+    x, w, b, rm, rv = bn_inputs(shape, dtype, pdtype)
+    want_rm, want_rv = rm.clone(), rv.clone()
+    want = A._native_batch_norm_legit(x, w, b, want_rm, want_rv, training, 0.1, 1e-5)
+    # The running statistics are written in place.
+    from conftest import cpu, tpu
+    trm, trv = tpu(rt, rm), tpu(rt, rv)
+    out = rt.call("aten::_native_batch_norm_legit", tpu(rt, x), tpu(rt, w), tpu(rt, b), trm, trv, training, 0.1, 1e-5)
+    tol = tol_for(dtype, 1e-5) if dtype == pdtype else {"atol": 1e-2, "rtol": 1.6e-2}
+    check_all([cpu(t) for t in out], want, **tol)
+    check(cpu(trm), want_rm, **tol_for(pdtype, 1e-5))
+    check(cpu(trv), want_rv, **tol_for(pdtype, 1e-5))
+
+
+def test_batch_norm_no_stats_and_no_training(rt):
+    x, w, b, rm, rv = bn_inputs((3, 4, 5), torch.float32, torch.float32)
+    check_all(call(rt, "aten::_native_batch_norm_legit.no_stats", x, w, b, True, 0.1, 1e-5),
+              A._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5), atol=1e-5, rtol=1e-5)
+    check_all(call(rt, "aten::_native_batch_norm_legit.no_stats", x, None, None, True, 0.1, 1e-3),
+              A._native_batch_norm_legit.no_stats(x, None, None, True, 0.1, 1e-3), atol=1e-5, rtol=1e-5)
+    check_all(call(rt, "aten::_native_batch_norm_legit_no_training", x, w, b, rm, rv, 0.1, 1e-5),
+              A._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1, 1e-5), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("dtype,pdtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.float32)])
+def test_batch_norm_backward(rt, train, dtype, pdtype):
+    x, w, b, rm, rv = bn_inputs((2, 3, 4, 5), dtype, pdtype)
+    _, sm, si = A._native_batch_norm_legit(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+    g = sample(tuple(x.shape), dtype)
+    mask = [True, True, True]
+    args = (g, x, w, rm, rv, sm if train else None, si if train else None, train, 1e-5, mask)
+    want = A.native_batch_norm_backward(*args)
+    got = call(rt, "aten::native_batch_norm_backward", *args)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    check_all(got, want, **tol)
+
+
+def test_batch_norm_backward_against_autograd(rt):
+    x = torch.randn(4, 3, 5, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    b = torch.randn(3, requires_grad=True)
+    y = F.batch_norm(x, None, None, w, b, training=True)
+    g = torch.randn_like(y)
+    want = torch.autograd.grad(y, [x, w, b], g)
+    _, sm, si = A._native_batch_norm_legit.no_stats(x.detach(), w.detach(), b.detach(), True, 0.1, 1e-5)
+    got = call(rt, "aten::native_batch_norm_backward", g, x.detach(), w.detach(), None, None, sm, si, True, 1e-5,
+               [True, True, True])
+    check_all(got, want, atol=1e-5, rtol=1e-4)
+    got = call(rt, "aten::native_batch_norm_backward", g, x.detach(), w.detach(), None, None, sm, si, True, 1e-5,
+               [True, False, False])
+    assert got[1] is None and got[2] is None
+    check(got[0], want[0], atol=1e-5, rtol=1e-4)
+
+
+# --------------------------------------------------------------- group norm
+
+@pytest.mark.parametrize("shape,group", [((2, 4, 5), 2), ((2, 6, 3, 4), 3), ((3, 8), 4), ((2, 4, 3, 3), 1)])
+@pytest.mark.parametrize("affine", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_group_norm(rt, shape, group, affine, dtype):
+    x = sample(shape, dtype, scale=2) + 1
+    n, c = shape[0], shape[1]
+    hw = x.numel() // (n * c)
+    w = sample((c,), dtype) if affine else None
+    b = sample((c,), dtype) if affine else None
+    want = A.native_group_norm(x, w, b, n, c, hw, group, 1e-5)
+    got = call(rt, "aten::native_group_norm", x, w, b, n, c, hw, group, 1e-5)
+    check_all(got, want, **tol_for(dtype, 1e-4))
+    _, mean, rstd = want
+    g = sample(shape, dtype)
+    mask = [True, affine, affine]
+    want = A.native_group_norm_backward(g, x, mean, rstd, w, n, c, hw, group, mask)
+    got = call(rt, "aten::native_group_norm_backward", g, x, mean, rstd, w, n, c, hw, group, mask)
+    check_all(got, want, **tol_for(dtype, 1e-4))

@@ -14,6 +14,7 @@ use super::common::{float_of, prepare, result_dtype, up, Ew};
 use super::{Args, Cx, Registry};
 
 mod grad;
+mod norm;
 
 pub fn register(r: &mut Registry) {
     register_softmax(r);
@@ -26,6 +27,7 @@ pub fn register(r: &mut Registry) {
     register_activations(r);
     register_backward(r);
     grad::register(r);
+    norm::register(r);
 }
 
 // ------------------------------------------------------------------ helpers

@@ -23,7 +23,7 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 /// `mask[i]`, or a placeholder for the undefined gradient.
-fn masked(cx: &mut Cx, mask: &[bool], i: usize, make: impl FnOnce(&mut Cx) -> Result<V>) -> Result<V> {
+pub(super) fn masked(cx: &mut Cx, mask: &[bool], i: usize, make: impl FnOnce(&mut Cx) -> Result<V>) -> Result<V> {
     if mask.get(i).copied().unwrap_or(true) {
         make(cx)
     } else {
@@ -32,7 +32,7 @@ fn masked(cx: &mut Cx, mask: &[bool], i: usize, make: impl FnOnce(&mut Cx) -> Re
 }
 
 /// `bool[3] output_mask` as three flags.
-fn output_mask(cx: &Cx, a: &Args, i: usize) -> Result<[bool; 3]> {
+pub(super) fn output_mask(cx: &Cx, a: &Args, i: usize) -> Result<[bool; 3]> {
     let m = a.bools(i)?;
     match m[..] {
         [a, b, c] => Ok([a, b, c]),
@@ -149,7 +149,7 @@ fn sum_dims(cx: &mut Cx, x: V, dims: &[usize]) -> V {
 /// The input gradient of a normalization over `red` with `xhat = (x - mean) * rstd`:
 /// `rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`, `gw` the output
 /// gradient times the weight.
-fn norm_input_grad(cx: &mut Cx, gw: V, xhat: V, rstd: V, red: &[usize]) -> V {
+pub(super) fn norm_input_grad(cx: &mut Cx, gw: V, xhat: V, rstd: V, red: &[usize]) -> V {
     let full = cx.dims(gw);
     let n: i64 = red.iter().map(|&d| full[d]).product();
     let inv_n = 1.0 / n.max(1) as f64;
