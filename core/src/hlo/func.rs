@@ -622,6 +622,24 @@ impl Func {
         groups: i64,
         out_dims: &[i64],
     ) -> V {
+        self.convolution_grouped(x, w, strides, padding, lhs_dilation, rhs_dilation, groups, 1, out_dims)
+    }
+
+    /// [`Func::convolution`] with a `batch_group_count` too (the weight
+    /// gradient of a grouped convolution).
+    #[allow(clippy::too_many_arguments)]
+    pub fn convolution_grouped(
+        &mut self,
+        x: V,
+        w: V,
+        strides: &[i64],
+        padding: &[(i64, i64)],
+        lhs_dilation: &[i64],
+        rhs_dilation: &[i64],
+        groups: i64,
+        batch_groups: i64,
+        out_dims: &[i64],
+    ) -> V {
         let n = strides.len();
         let sp: Vec<String> = (0..n).map(|i| i.to_string()).collect();
         let sp = sp.join(", ");
@@ -631,7 +649,7 @@ impl Func {
             list(padding.iter().map(|(l, h)| format!("[{l}, {h}]")))
         );
         let attrs = format!(
-            "batch_group_count = 1 : i64, dimension_numbers = {dn}, feature_group_count = {groups} : i64, \
+            "batch_group_count = {batch_groups} : i64, dimension_numbers = {dn}, feature_group_count = {groups} : i64, \
              lhs_dilation = {}, padding = {pad}, rhs_dilation = {}, window_strides = {}, \
              precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]",
             i64_array(lhs_dilation),

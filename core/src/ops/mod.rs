@@ -78,11 +78,12 @@ pub struct Cx {
     pub op: Arc<str>,
     plan: Vec<ParamSrc>,
     scalar_params: Vec<(usize, Elem, V)>,
+    nones: Vec<V>,
 }
 
 impl Cx {
     pub fn new(op: &str) -> Cx {
-        Cx { f: Func::new(), op: op.into(), plan: Vec::new(), scalar_params: Vec::new() }
+        Cx { f: Func::new(), op: op.into(), plan: Vec::new(), scalar_params: Vec::new(), nones: Vec::new() }
     }
 
     /// Adds a parameter fed from `src`.
@@ -115,6 +116,19 @@ impl Cx {
     /// A fresh RNG state (`tensor<2xui64>`).
     pub fn rng_state(&mut self) -> V {
         self.param(Ty::new(Elem::U64, &[2]), ParamSrc::Rng)
+    }
+
+    /// A placeholder for an undefined (`None`) tensor result, e.g. a
+    /// gradient that `output_mask` did not ask for. The value is an unused
+    /// scalar constant in the program.
+    pub fn none(&mut self) -> V {
+        let v = self.f.constant(Elem::F32, 0.0);
+        self.nones.push(v);
+        v
+    }
+
+    pub fn is_none(&self, v: V) -> bool {
+        self.nones.contains(&v)
     }
 
     pub fn err(&self, msg: impl Into<String>) -> Error {
@@ -231,6 +245,10 @@ impl<'a> Args<'a> {
             Input::Ints(v) => Ok(v),
             _ => Err(self.bad(i, "an int list")),
         }
+    }
+    /// A `bool[N]` argument (bound as 0/1 ints).
+    pub fn bools(&self, i: usize) -> Result<Vec<bool>> {
+        Ok(self.ints(i)?.iter().map(|&x| x != 0).collect())
     }
     pub fn opt_ints(&self, i: usize) -> Option<&[i64]> {
         match self.get(i) {

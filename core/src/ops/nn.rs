@@ -13,6 +13,9 @@ use crate::shape::{self, fmt};
 use super::common::{float_of, prepare, result_dtype, up, Ew};
 use super::{Args, Cx, Registry};
 
+mod grad;
+mod norm;
+
 pub fn register(r: &mut Registry) {
     register_softmax(r);
     register_layer_norm(r);
@@ -24,6 +27,8 @@ pub fn register(r: &mut Registry) {
     register_embedding(r);
     register_activations(r);
     register_backward(r);
+    grad::register(r);
+    norm::register(r);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -223,6 +228,7 @@ fn register_layer_norm(r: &mut Registry) {
 // -------------------------------------------------------------- convolution
 
 /// Checked convolution parameters, expanded to one entry per spatial dim.
+#[derive(Clone)]
 struct ConvParams {
     stride: Vec<i64>,
     padding: Vec<i64>,
@@ -232,14 +238,16 @@ struct ConvParams {
     groups: i64,
 }
 
-fn conv_params(cx: &Cx, a: &Args, n: usize) -> Result<ConvParams> {
+/// The parameters of a convolution whose `stride` is argument `at` (then
+/// padding, dilation, transposed, output_padding and groups).
+fn conv_params(cx: &Cx, a: &Args, n: usize, at: usize) -> Result<ConvParams> {
     let p = ConvParams {
-        stride: expand_param(cx, "stride", a.ints(3)?, n)?,
-        padding: expand_param(cx, "padding", a.ints(4)?, n)?,
-        dilation: expand_param(cx, "dilation", a.ints(5)?, n)?,
-        transposed: a.bool(6)?,
-        output_padding: expand_param(cx, "output_padding", a.ints(7)?, n)?,
-        groups: a.int(8)?,
+        stride: expand_param(cx, "stride", a.ints(at)?, n)?,
+        padding: expand_param(cx, "padding", a.ints(at + 1)?, n)?,
+        dilation: expand_param(cx, "dilation", a.ints(at + 2)?, n)?,
+        transposed: a.bool(at + 3)?,
+        output_padding: expand_param(cx, "output_padding", a.ints(at + 4)?, n)?,
+        groups: a.int(at + 5)?,
     };
     if p.stride.iter().any(|&s| s <= 0) {
         bail_op!(&*cx.op, "non-positive stride is not supported");
@@ -273,75 +281,17 @@ fn conv_params(cx: &Cx, a: &Args, n: usize) -> Result<ConvParams> {
     Ok(p)
 }
 
-fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
-    let (x, w, bias) = (a.tensor(0)?, a.tensor(1)?, a.opt_tensor(2));
-    let (xd, wd) = (cx.dims(x), cx.dims(w));
-    if wd.len() < 3 || wd.len() > 5 {
-        bail_op!(
-            &*cx.op,
-            "expected a 3-, 4- or 5-dimensional weight (1-, 2- or 3-d convolution), but got weight of size {}",
-            fmt(&wd)
-        );
-    }
+/// The convolution (or, with `p.transposed`, the transposed convolution)
+/// of `xc: [N, C, sp...]` by `wc` in their (opmath) type, without bias.
+fn conv_core(cx: &mut Cx, xc: V, wc: V, p: &ConvParams) -> Result<V> {
+    let (xd, wd) = (cx.dims(xc), cx.dims(wc));
     let n = wd.len() - 2;
-    if xd.len() != wd.len() {
-        bail_op!(
-            &*cx.op,
-            "Expected {}-dimensional input for {}-dimensional weight {}, but got {}-dimensional input of size {} instead",
-            wd.len(),
-            wd.len(),
-            fmt(&wd),
-            xd.len(),
-            fmt(&xd)
-        );
-    }
-    let p = conv_params(cx, a, n)?;
     let g = p.groups;
-    // Channels: weight is [out, in/g, k...] or, transposed, [in, out/g, k...].
-    let (in_ch, out_ch) = if p.transposed { (wd[0], wd[1] * g) } else { (wd[1] * g, wd[0]) };
-    if xd[1] != in_ch {
-        let given = if p.transposed { "transposed=1".to_string() } else { format!("groups={g}") };
-        bail_op!(
-            &*cx.op,
-            "Given {given}, weight of size {}, expected input{} to have {in_ch} channels, but got {} channels instead",
-            fmt(&wd),
-            fmt(&xd),
-            xd[1]
-        );
-    }
-    if wd[0] % g != 0 {
-        bail_op!(
-            &*cx.op,
-            "Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size {} instead",
-            fmt(&wd)
-        );
-    }
-    if let Some(b) = bias {
-        let bd = cx.dims(b);
-        if bd.len() != 1 || bd[0] != out_ch {
-            bail_op!(
-                &*cx.op,
-                "Given weight of size {}, expected bias to be 1-dimensional with {out_ch} elements, but got bias of size {} instead",
-                fmt(&wd),
-                fmt(&bd)
-            );
-        }
-    }
-    let d = cx.dtype(x);
-    for (t, what) in [(Some(w), "weight"), (bias, "bias")] {
-        if let Some(t) = t {
-            if cx.dtype(t) != d {
-                bail_op!(&*cx.op, "Input type ({d}) and {what} type ({}) should be the same", cx.dtype(t));
-            }
-        }
-    }
-    require_float(cx, x, "convolution")?;
+    let out_ch = if p.transposed { wd[1] * g } else { wd[0] };
     let ks: Vec<i64> = (0..n).map(|i| p.dilation[i] * (wd[i + 2] - 1) + 1).collect();
     let sp: Vec<i64> = xd[2..].to_vec();
-    let xc = up(cx, x);
-    let wc = up(cx, w);
     let mut out_dims = vec![xd[0], out_ch];
-    let y = if !p.transposed {
+    Ok(if !p.transposed {
         let padded: Vec<i64> = (0..n).map(|i| sp[i] + 2 * p.padding[i]).collect();
         if (0..n).any(|i| padded[i] < ks[i]) {
             let j = |v: &[i64]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" x ");
@@ -385,7 +335,76 @@ fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
             );
         }
         cx.f.convolution(xc, wt, &vec![1; n], &pad, &p.stride, &p.dilation, g, &out_dims)
-    };
+    })
+}
+
+fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
+    let (x, w, bias) = (a.tensor(0)?, a.tensor(1)?, a.opt_tensor(2));
+    let (xd, wd) = (cx.dims(x), cx.dims(w));
+    if wd.len() < 3 || wd.len() > 5 {
+        bail_op!(
+            &*cx.op,
+            "expected a 3-, 4- or 5-dimensional weight (1-, 2- or 3-d convolution), but got weight of size {}",
+            fmt(&wd)
+        );
+    }
+    let n = wd.len() - 2;
+    if xd.len() != wd.len() {
+        bail_op!(
+            &*cx.op,
+            "Expected {}-dimensional input for {}-dimensional weight {}, but got {}-dimensional input of size {} instead",
+            wd.len(),
+            wd.len(),
+            fmt(&wd),
+            xd.len(),
+            fmt(&xd)
+        );
+    }
+    let p = conv_params(cx, a, n, 3)?;
+    let g = p.groups;
+    // Channels: weight is [out, in/g, k...] or, transposed, [in, out/g, k...].
+    let (in_ch, out_ch) = if p.transposed { (wd[0], wd[1] * g) } else { (wd[1] * g, wd[0]) };
+    if xd[1] != in_ch {
+        let given = if p.transposed { "transposed=1".to_string() } else { format!("groups={g}") };
+        bail_op!(
+            &*cx.op,
+            "Given {given}, weight of size {}, expected input{} to have {in_ch} channels, but got {} channels instead",
+            fmt(&wd),
+            fmt(&xd),
+            xd[1]
+        );
+    }
+    if wd[0] % g != 0 {
+        bail_op!(
+            &*cx.op,
+            "Given groups={g}, expected weight to be divisible by {g} at dimension 0, but got weight of size {} instead",
+            fmt(&wd)
+        );
+    }
+    if let Some(b) = bias {
+        let bd = cx.dims(b);
+        if bd.len() != 1 || bd[0] != out_ch {
+            bail_op!(
+                &*cx.op,
+                "Given weight of size {}, expected bias to be 1-dimensional with {out_ch} elements, but got bias of size {} instead",
+                fmt(&wd),
+                fmt(&bd)
+            );
+        }
+    }
+    let d = cx.dtype(x);
+    for (t, what) in [(Some(w), "weight"), (bias, "bias")] {
+        if let Some(t) = t {
+            if cx.dtype(t) != d {
+                bail_op!(&*cx.op, "Input type ({d}) and {what} type ({}) should be the same", cx.dtype(t));
+            }
+        }
+    }
+    require_float(cx, x, "convolution")?;
+    let xc = up(cx, x);
+    let wc = up(cx, w);
+    let y = conv_core(cx, xc, wc, &p)?;
+    let out_dims = cx.dims(y);
     let y = match bias {
         Some(b) => {
             let bc = up(cx, b);
@@ -605,63 +624,109 @@ fn register_pooling(r: &mut Registry) {
          bool count_include_pad=True, int? divisor_override=None) -> Tensor",
         |cx, a| {
             let x = a.tensor(0)?;
-            let p = pool2d(cx, x, a.ints(1)?, a.ints(2)?, a.ints(3)?, &[1], a.bool(4)?, "avg_pool2d")?;
-            let (include_pad, divisor) = (a.bool(5)?, a.opt_int(6));
-            let d = cx.dtype(x);
-            if !(d.is_float() || d == DType::I64) {
-                bail_op!(&*cx.op, "\"avg_pool2d\" not implemented for '{d}'");
-            }
-            if divisor == Some(0) {
-                bail_op!(&*cx.op, "divisor must be not zero");
-            }
-            let dims = cx.dims(x);
-            let rank = dims.len();
-            let (h, w) = (dims[rank - 2], dims[rank - 1]);
-            let xc = up(cx, x);
-            let acc = cx.ty(xc).elem;
-            let zero = cx.f.constant(acc, 0.0);
-            let add = |f: &mut Func, v: &[V]| vec![f.add(v[0], v[1])];
-            let s = p.window(rank, [h, w]).reduce(&mut cx.f, &[xc], &[zero], add)[0];
-            let out_dims = cx.dims(s);
-            let y = match divisor {
-                Some(k) => {
-                    let kv = cx.f.splat(&Ty::new(acc, &out_dims), k as f64);
-                    cx.f.div(s, kv)
-                }
-                None => {
-                    // Count the elements each window covers: the input, plus
-                    // the explicit padding when it counts (never the
-                    // ceil-mode overhang).
-                    let plane = Ty::new(acc, &[h, w]);
-                    let ones = cx.f.splat(&plane, 1.0);
-                    let ones = if include_pad {
-                        let one = cx.f.constant(acc, 1.0);
-                        let pd = p.padding;
-                        cx.f.pad(ones, one, &pd, &pd, &[0, 0])
-                    } else {
-                        ones
-                    };
-                    let mut win = p.window(2, [h, w]);
-                    if include_pad {
-                        // The plane already holds the padding.
-                        for (i, q) in win.padding.iter_mut().enumerate() {
-                            q.0 = 0;
-                            q.1 = (q.1 - p.padding[i]).max(0);
-                        }
-                    }
-                    let count = win.reduce(&mut cx.f, &[ones], &[zero], add)[0];
-                    let lead: Vec<i64> = (rank as i64 - 2..rank as i64).collect();
-                    let count = cx.f.broadcast_in_dim(count, &lead, &out_dims);
-                    let q = cx.f.div(s, count);
-                    // A window over padding only averages to 0, as in PyTorch.
-                    let zeros = cx.f.full_like(count, 0.0);
-                    let empty = cx.f.compare(Cmp::Eq, count, zeros);
-                    cx.f.select(empty, zeros, q)
-                }
-            };
-            Ok(vec![cx.f.convert(y, d)])
+            let (k, s, p) = (a.ints(1)?.to_vec(), a.ints(2)?.to_vec(), a.ints(3)?.to_vec());
+            Ok(vec![avg_pool2d(cx, x, &k, &s, &p, a.bool(4)?, a.bool(5)?, a.opt_int(6))?])
         },
     );
+}
+
+/// The checks of `avg_pool2d` (and its backward): the geometry and the dtype.
+#[allow(clippy::too_many_arguments)]
+fn avg_pool2d_checks(
+    cx: &Cx,
+    x: V,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    ceil: bool,
+    divisor: Option<i64>,
+) -> Result<Pool2d> {
+    let p = pool2d(cx, x, kernel, stride, padding, &[1], ceil, "avg_pool2d")?;
+    let d = cx.dtype(x);
+    if !(d.is_float() || d == DType::I64) {
+        bail_op!(&*cx.op, "\"avg_pool2d\" not implemented for '{d}'");
+    }
+    if divisor == Some(0) {
+        bail_op!(&*cx.op, "divisor must be not zero");
+    }
+    Ok(p)
+}
+
+/// The divisor of each `avg_pool2d` window, broadcast to `out_dims` (the
+/// pooled shape), and whether it is zero (a window over padding only).
+#[allow(clippy::too_many_arguments)]
+fn avg_divisor(
+    cx: &mut Cx,
+    p: &Pool2d,
+    hw: [i64; 2],
+    include_pad: bool,
+    divisor: Option<i64>,
+    acc: Elem,
+    out_dims: &[i64],
+) -> (V, Option<V>) {
+    if let Some(k) = divisor {
+        return (cx.f.splat(&Ty::new(acc, out_dims), k as f64), None);
+    }
+    let [h, w] = hw;
+    let zero = cx.f.constant(acc, 0.0);
+    let add = |f: &mut Func, v: &[V]| vec![f.add(v[0], v[1])];
+    // Count the elements each window covers: the input, plus the explicit
+    // padding when it counts (never the ceil-mode overhang).
+    let plane = Ty::new(acc, &[h, w]);
+    let ones = cx.f.splat(&plane, 1.0);
+    let ones = if include_pad {
+        let one = cx.f.constant(acc, 1.0);
+        let pd = p.padding;
+        cx.f.pad(ones, one, &pd, &pd, &[0, 0])
+    } else {
+        ones
+    };
+    let mut win = p.window(2, [h, w]);
+    if include_pad {
+        // The plane already holds the padding.
+        for (i, q) in win.padding.iter_mut().enumerate() {
+            q.0 = 0;
+            q.1 = (q.1 - p.padding[i]).max(0);
+        }
+    }
+    let count = win.reduce(&mut cx.f, &[ones], &[zero], add)[0];
+    let rank = out_dims.len() as i64;
+    let count = cx.f.broadcast_in_dim(count, &[rank - 2, rank - 1], out_dims);
+    let zeros = cx.f.full_like(count, 0.0);
+    let empty = cx.f.compare(Cmp::Eq, count, zeros);
+    (count, Some(empty))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn avg_pool2d(
+    cx: &mut Cx,
+    x: V,
+    kernel: &[i64],
+    stride: &[i64],
+    padding: &[i64],
+    ceil: bool,
+    include_pad: bool,
+    divisor: Option<i64>,
+) -> Result<V> {
+    let p = avg_pool2d_checks(cx, x, kernel, stride, padding, ceil, divisor)?;
+    let d = cx.dtype(x);
+    let dims = cx.dims(x);
+    let rank = dims.len();
+    let (h, w) = (dims[rank - 2], dims[rank - 1]);
+    let xc = up(cx, x);
+    let acc = cx.ty(xc).elem;
+    let zero = cx.f.constant(acc, 0.0);
+    let add = |f: &mut Func, v: &[V]| vec![f.add(v[0], v[1])];
+    let s = p.window(rank, [h, w]).reduce(&mut cx.f, &[xc], &[zero], add)[0];
+    let out_dims = cx.dims(s);
+    let (count, empty) = avg_divisor(cx, &p, [h, w], include_pad, divisor, acc, &out_dims);
+    let mut y = cx.f.div(s, count);
+    if let Some(empty) = empty {
+        // A window over padding only averages to 0, as in PyTorch.
+        let zeros = cx.f.full_like(count, 0.0);
+        y = cx.f.select(empty, zeros, y);
+    }
+    Ok(cx.f.convert(y, d))
 }
 
 // ------------------------------------------------------------------ dropout

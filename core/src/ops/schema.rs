@@ -19,6 +19,8 @@ pub enum ArgType {
     /// `float[]`
     FloatList,
     Bool,
+    /// `bool[N]`, bound as an int list of 0/1 (e.g. `output_mask`).
+    BoolList(usize),
     Str,
     Scalar,
     ScalarType,
@@ -131,6 +133,10 @@ fn parse_type(text: &str) -> std::result::Result<(ArgType, bool, Option<String>)
         "Device" => ArgType::Device,
         "MemoryFormat" => ArgType::MemoryFormat,
         "Generator" => ArgType::Generator,
+        _ if t.starts_with("bool[") && t.ends_with(']') => {
+            let n = &t[5..t.len() - 1];
+            ArgType::BoolList(if n.is_empty() { 0 } else { n.parse().map_err(|_| format!("bad list size in {t}"))? })
+        }
         _ => {
             let rest = t.strip_prefix("int[").or_else(|| t.strip_prefix("SymInt["));
             match rest.and_then(|r| r.strip_suffix(']')) {
@@ -207,9 +213,18 @@ impl Schema {
         Ok(Schema { name, args, returns, return_alias })
     }
 
-    /// The index of the argument written in place, if any.
+    /// The index of the (first) argument written in place, if any.
     pub fn mutated_arg(&self) -> Option<usize> {
         self.args.iter().position(|a| a.mutable)
+    }
+
+    /// The arguments written in place that no return aliases, in order
+    /// (`running_mean` and `running_var` of batch norm). A lowering gives
+    /// their new values after the values of the returns.
+    pub fn unreturned_mutated_args(&self) -> Vec<usize> {
+        (0..self.args.len())
+            .filter(|&i| self.args[i].mutable && !self.return_alias.contains(&Some(i)))
+            .collect()
     }
 
     /// Checks and coerces positional `values` against the schema, filling
@@ -276,6 +291,16 @@ impl Schema {
             (ArgType::Float, Value::Scalar(s)) if s.kind() != crate::dtype::ScalarKind::Bool => Value::Double(s.to_f64()),
             (ArgType::FloatList, v @ Value::IntList(_)) => v,
             (ArgType::Bool, Value::Bool(b)) => Value::Bool(b),
+            (ArgType::BoolList(n), Value::IntList(xs)) if xs.iter().all(|&x| x == 0 || x == 1) && (*n == 0 || xs.len() == *n) => {
+                Value::IntList(xs)
+            }
+            (ArgType::BoolList(n), Value::Bool(b)) => Value::IntList(vec![b as i64; (*n).max(1)]),
+            // A frontend that cannot encode a bool list sends a list of Nones
+            // of the right length: the mask is unknown, so everything is
+            // computed (extra results are harmless, missing ones are not).
+            (ArgType::BoolList(n), Value::OptTensorList(ts)) if ts.iter().all(Option::is_none) && (*n == 0 || ts.len() == *n) => {
+                Value::IntList(vec![1; ts.len()])
+            }
             (ArgType::Bool, Value::Int(x)) if x == 0 || x == 1 => Value::Bool(x == 1),
             (ArgType::Str, v @ Value::Str(_)) => v,
             (ArgType::Scalar, v @ Value::Scalar(_)) => v,
@@ -311,6 +336,8 @@ fn type_label(t: &ArgType) -> String {
         ArgType::Float => "float".into(),
         ArgType::FloatList => "float[]".into(),
         ArgType::Bool => "bool".into(),
+        ArgType::BoolList(0) => "bool[]".into(),
+        ArgType::BoolList(n) => format!("bool[{n}]"),
         ArgType::Str => "str".into(),
         ArgType::Scalar => "Scalar".into(),
         ArgType::ScalarType => "ScalarType".into(),
@@ -349,6 +376,29 @@ mod tests {
         assert!(s.args[2].optional);
         let s = Schema::parse("aten::nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) -> (Tensor output, Tensor total_weight)").unwrap();
         assert_eq!(s.returns.len(), 2);
+    }
+
+    #[test]
+    fn bool_lists_bind_as_ints() {
+        let s = Schema::parse(
+            "aten::native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, \
+             Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+        )
+        .unwrap();
+        let (i, arg) = (7, &s.args[7]);
+        assert_eq!(arg.ty, ArgType::BoolList(3));
+        assert!(matches!(s.coerce(i, arg, Value::IntList(vec![1, 0, 1])), Ok(Value::IntList(v)) if v == vec![1, 0, 1]));
+        assert!(s.coerce(i, arg, Value::IntList(vec![1, 0])).is_err());
+        assert!(s.coerce(i, arg, Value::IntList(vec![1, 2, 0])).is_err());
+        // An unknown mask (a list of Nones) asks for everything.
+        let nones = Value::OptTensorList(vec![None, None, None]);
+        assert!(matches!(s.coerce(i, arg, nones), Ok(Value::IntList(v)) if v == vec![1, 1, 1]));
+        let s = Schema::parse(
+            "aten::_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, \
+             Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
+        )
+        .unwrap();
+        assert_eq!(s.unreturned_mutated_args(), vec![3, 4]);
     }
 
     #[test]

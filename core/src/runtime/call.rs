@@ -33,6 +33,8 @@ pub(crate) enum Ret {
     Alias(usize),
     /// A `Tensor[]` return.
     List(Vec<usize>),
+    /// An undefined tensor (a gradient `output_mask` did not ask for).
+    None,
 }
 
 /// A call's argument with its tensors left out (so a recorded call does not
@@ -245,17 +247,30 @@ pub(crate) fn lower_call(
             write(cx, arg, v)?;
         }
     } else {
-        if outs.len() != schema.returns.len() {
-            return Err(Error::Internal(format!("{op}: lowering gave {} values for {} returns", outs.len(), schema.returns.len())));
+        // The returns, then the new values of mutated arguments that no
+        // return aliases (batch norm's running statistics).
+        let extra = schema.unreturned_mutated_args();
+        if outs.len() != schema.returns.len() + extra.len() {
+            return Err(Error::Internal(format!(
+                "{op}: lowering gave {} values for {} returns and {} mutated arguments",
+                outs.len(),
+                schema.returns.len(),
+                extra.len()
+            )));
         }
-        for (r, &v) in outs.iter().enumerate() {
+        let (ret_vals, extra_vals) = outs.split_at(schema.returns.len());
+        for (r, &v) in ret_vals.iter().enumerate() {
             match schema.return_alias[r] {
                 Some(arg) if schema.args[arg].mutable => {
                     write(cx, arg, v)?;
                     returns.push(Ret::Alias(arg));
                 }
+                _ if cx.is_none(v) => returns.push(Ret::None),
                 _ => returns.push(Ret::Tensor(new_output(cx, v, &mut outputs, &mut specs)?)),
             }
+        }
+        for (&arg, &v) in extra.iter().zip(extra_vals) {
+            write(cx, arg, v)?;
         }
     }
     for (slot, v) in slot_new.into_iter().enumerate() {

@@ -455,6 +455,7 @@ pub(crate) fn build_returns(op: &str, returns: &[Ret], results: &[Option<Tensor>
                 Ret::Tensor(i) => Value::Tensor(take(*i)?),
                 Ret::Alias(arg) => bound[*arg].clone(),
                 Ret::List(ids) => Value::TensorList(ids.iter().map(|&i| take(i)).collect::<Result<_>>()?),
+                Ret::None => Value::None,
             })
         })
         .collect()
