@@ -20,6 +20,7 @@ mod nn;
 mod reduce;
 pub mod schema;
 mod shape_ops;
+mod spatial;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -335,6 +336,7 @@ impl Registry {
         shape_ops::register(&mut r);
         index::register(&mut r);
         nn::register(&mut r);
+        spatial::register(&mut r);
         copy::register(&mut r);
         r
     }

@@ -1,0 +1,162 @@
+"""Spatial ops against PyTorch CPU: reflection / replication padding,
+nearest and bilinear upsampling (and their backward kernels), im2col /
+col2im, grid_sampler_2d, cdist / pdist and embedding_bag."""
+
+import pytest
+import torch
+
+import torchtpu
+from conftest import call, check, tol_for
+
+A = torch.ops.aten
+torch.manual_seed(0)
+
+
+def sample(shape, dtype=torch.float32, scale=1.0):
+    return (torch.randn(shape) * scale).to(dtype)
+
+
+def raises(rt, match, name, *args):
+    with pytest.raises(torchtpu.InvalidArgumentError) as e:
+        call(rt, name, *args)
+    msg = str(e.value)
+    assert name in msg, msg
+    for m in match if isinstance(match, (list, tuple)) else [match]:
+        assert m in msg, msg
+
+
+# ------------------------------------------------------------------ padding
+
+PAD_CASES = [
+    (1, (2, 3, 5), [2, 3]),
+    (1, (3, 6), [0, 4]),
+    (1, (2, 3, 7), [-2, 3]),
+    (2, (2, 3, 4, 5), [1, 2, 3, 0]),
+    (2, (3, 4, 5), [4, 4, 3, 3]),
+    (2, (1, 2, 5, 6), [-1, 2, 1, -2]),
+    (3, (1, 2, 3, 4, 5), [1, 2, 2, 1, 2, 0]),
+    (3, (2, 4, 4, 3), [2, 0, 1, 3, 3, 1]),
+]
+
+
+@pytest.mark.parametrize("kind", ["reflection", "replication"])
+@pytest.mark.parametrize("case", PAD_CASES, ids=lambda c: f"{c[0]}d{list(c[1])}{c[2]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32])
+def test_pad(rt, kind, case, dtype):
+    n, shape, pad = case
+    x = sample(shape, dtype, scale=10)
+    name = f"{kind}_pad{n}d"
+    try:
+        want = getattr(A, name)(x, pad)
+    except RuntimeError as e:
+        raises(rt, str(e).splitlines()[0], f"aten::{name}", x, pad)
+        return
+    check(call(rt, f"aten::{name}", x, pad), want)
+
+
+@pytest.mark.parametrize("kind", ["reflection", "replication"])
+@pytest.mark.parametrize("case", PAD_CASES, ids=lambda c: f"{c[0]}d{list(c[1])}{c[2]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pad_backward(rt, kind, case, dtype):
+    n, shape, pad = case
+    x = sample(shape, dtype)
+    name = f"{kind}_pad{n}d"
+    try:
+        out = getattr(A, name)(x, pad)
+    except RuntimeError:
+        return
+    g = sample(out.shape, dtype)
+    # PyTorch accumulates bf16 gradients in bf16; this computes in f32 and
+    # rounds once, so the reference is the f32 kernel rounded.
+    want = getattr(A, f"{name}_backward")(g.float(), x.float(), pad).to(dtype)
+    check(call(rt, f"aten::{name}_backward", g, x, pad), want, **tol_for(dtype))
+
+
+def test_pad_against_autograd(rt):
+    # The backward kernels are the adjoint of the forward: compare with autograd.
+    x = sample((2, 3, 4, 5)).requires_grad_()
+    g = sample((2, 3, 9, 8))
+    torch.nn.functional.pad(x, (1, 2, 3, 2), mode="reflect").backward(g)
+    check(call(rt, "aten::reflection_pad2d_backward", g, x.detach(), [1, 2, 3, 2]), x.grad)
+
+
+def test_pad_errors(rt):
+    x = sample((1, 3, 4))
+    raises(rt, "Padding size should be less than the corresponding input dimension", "aten::reflection_pad1d", x, [4, 2])
+    raises(rt, "Padding size should be less than", "aten::reflection_pad2d", x, [1, 1, 3, 1])
+    raises(rt, ["Expected 2D or 3D", "[4]"], "aten::reflection_pad1d", sample((4,)), [1, 1])
+    raises(rt, "Expected 4D or 5D", "aten::replication_pad3d", x, [1, 1, 1, 1, 1, 1])
+    raises(rt, "padding size is expected to be 4, but got: 3", "aten::replication_pad2d", x, [1, 2, 3])
+    raises(rt, "Calculated output W: 0", "aten::replication_pad1d", x, [-3, -1])
+    raises(rt, "not implemented for", "aten::reflection_pad1d", x > 0, [1, 1])
+
+
+def test_pad_empty_batch(rt):
+    x = torch.zeros(0, 3, 4, 5)
+    check(call(rt, "aten::reflection_pad2d", x, [1, 1, 2, 2]), A.reflection_pad2d(x, [1, 1, 2, 2]))
+
+
+# --------------------------------------------------------------- upsampling
+
+UP_CASES = [
+    ((2, 3, 4, 5), [8, 10], None),
+    ((1, 2, 5, 7), [3, 4], None),
+    ((2, 1, 4, 4), [7, 9], None),
+    ((1, 2, 3, 3), [3, 3], None),
+    ((1, 1, 4, 6), [6, 9], (1.5, 1.5)),
+    ((1, 2, 5, 3), [12, 7], (2.5, 2.4)),
+    ((1, 1, 1, 1), [3, 2], None),
+]
+
+
+@pytest.mark.parametrize("case", UP_CASES, ids=lambda c: f"{list(c[0])}->{c[1]}{c[2] or ''}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_upsample_nearest2d(rt, case, dtype):
+    shape, out, scales = case
+    x = sample(shape, dtype)
+    s = list(scales) if scales else [None, None]
+    check(call(rt, "aten::upsample_nearest2d", x, out, *s), A.upsample_nearest2d(x, out, *s))
+    g = sample([shape[0], shape[1], *out], dtype)
+    want = A.upsample_nearest2d_backward(g, out, list(shape), *s)
+    check(call(rt, "aten::upsample_nearest2d_backward", g, out, list(shape), *s), want, **tol_for(dtype))
+
+
+@pytest.mark.parametrize("case", UP_CASES, ids=lambda c: f"{list(c[0])}->{c[1]}{c[2] or ''}")
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_upsample_bilinear2d(rt, case, align, dtype):
+    shape, out, scales = case
+    x = sample(shape, dtype)
+    s = list(scales) if scales else [None, None]
+    tol = tol_for(dtype)
+    check(call(rt, "aten::upsample_bilinear2d", x, out, align, *s), A.upsample_bilinear2d(x, out, align, *s), **tol)
+    g = sample([shape[0], shape[1], *out], dtype)
+    want = A.upsample_bilinear2d_backward(g, out, list(shape), align, *s)
+    got = call(rt, "aten::upsample_bilinear2d_backward", g, out, list(shape), align, *s)
+    check(got, want, **tol)
+
+
+def test_upsample_matches_interpolate(rt):
+    # F.interpolate goes through the .vec overloads, which decompose to these.
+    x = sample((2, 3, 5, 6))
+    want = torch.nn.functional.interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=False)
+    got = call(rt, "aten::upsample_bilinear2d", x, list(want.shape[2:]), False, 1.7, 1.7)
+    check(got, want)
+    want = torch.nn.functional.interpolate(x, size=(11, 4), mode="nearest")
+    check(call(rt, "aten::upsample_nearest2d", x, [11, 4]), want)
+
+
+def test_upsample_errors(rt):
+    x = sample((2, 3, 4, 5))
+    raises(rt, "It is expected input_size equals to 4, but got size 3", "aten::upsample_nearest2d", x[0], [5, 7])
+    raises(rt, "It is expected output_size equals to 2, but got size 1", "aten::upsample_nearest2d", x, [5])
+    raises(rt, "Input and output sizes should be greater than 0", "aten::upsample_bilinear2d", x, [0, 3], False)
+    raises(rt, "not implemented for", "aten::upsample_nearest2d", x.int(), [5, 7])
+    raises(
+        rt,
+        "output.size(3) = 7 but got grad_output.size(3) = 6",
+        "aten::upsample_nearest2d_backward",
+        sample((2, 3, 5, 6)),
+        [5, 7],
+        [2, 3, 4, 5],
+    )
