@@ -160,3 +160,61 @@ def test_upsample_errors(rt):
         [5, 7],
         [2, 3, 4, 5],
     )
+
+
+# ---------------------------------------------------------- im2col / col2im
+
+# (input shape, kernel, dilation, padding, stride)
+BLOCK_CASES = [
+    ((2, 3, 6, 7), [3, 3], [1, 1], [1, 1], [1, 1]),
+    ((1, 2, 8, 9), [2, 3], [2, 1], [0, 2], [2, 3]),
+    ((3, 5, 6), [1, 2], [1, 1], [0, 0], [1, 1]),
+    ((1, 4, 7, 7), [3, 2], [2, 3], [2, 1], [3, 2]),
+]
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=lambda c: f"{list(c[0])}k{c[1]}d{c[2]}p{c[3]}s{c[4]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_im2col(rt, case, dtype):
+    shape, k, d, p, s = case
+    x = sample(shape, dtype)
+    check(call(rt, "aten::im2col", x, k, d, p, s), A.im2col(x, k, d, p, s))
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=lambda c: f"{list(c[0])}k{c[1]}d{c[2]}p{c[3]}s{c[4]}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_col2im(rt, case, dtype):
+    shape, k, d, p, s = case
+    cols = A.im2col(sample(shape), k, d, p, s)
+    cols = sample(cols.shape, dtype)
+    size = list(shape[-2:])
+    # PyTorch accumulates bf16 in bf16; this rounds the f32 sum once.
+    want = A.col2im(cols.float(), size, k, d, p, s).to(dtype)
+    check(call(rt, "aten::col2im", cols, size, k, d, p, s), want, **tol_for(dtype))
+
+
+def test_fold_unfold_and_bool(rt):
+    x = sample((2, 3, 5, 6))
+    want = torch.nn.functional.unfold(x, (2, 3), dilation=1, padding=1, stride=2)
+    check(call(rt, "aten::im2col", x, [2, 3], [1, 1], [1, 1], [2, 2]), want)
+    folded = torch.nn.functional.fold(want, (5, 6), (2, 3), dilation=1, padding=1, stride=2)
+    check(call(rt, "aten::col2im", want, [5, 6], [2, 3], [1, 1], [1, 1], [2, 2]), folded)
+    b = x > 0
+    check(call(rt, "aten::im2col", b, [2, 2], [1, 1], [0, 0], [1, 1]), A.im2col(b, [2, 2], [1, 1], [0, 0], [1, 1]))
+    cols = A.im2col(b, [2, 2], [1, 1], [0, 0], [1, 1])
+    check(call(rt, "aten::col2im", cols, [5, 6], [2, 2], [1, 1], [0, 0], [1, 1]), A.col2im(cols, [5, 6], [2, 2], [1, 1], [0, 0], [1, 1]))
+    e = torch.zeros(0, 3, 5, 6)
+    check(call(rt, "aten::im2col", e, [2, 2], [1, 1], [0, 0], [1, 1]), A.im2col(e, [2, 2], [1, 1], [0, 0], [1, 1]))
+
+
+def test_block_errors(rt):
+    x = sample((2, 3, 4, 5))
+    raises(rt, "calculated shape of the array of sliding blocks as (-1, 4)", "aten::im2col", x, [6, 2], [1, 1], [0, 0], [1, 1])
+    raises(rt, "kernel size should be greater than zero", "aten::im2col", x, [0, 2], [1, 1], [0, 0], [1, 1])
+    raises(rt, "padding should be non-negative", "aten::im2col", x, [2, 2], [1, 1], [-1, 0], [1, 1])
+    raises(rt, "stride should be greater than zero", "aten::im2col", x, [2, 2], [1, 1], [0, 0], [0, 1])
+    raises(rt, "dilation should be greater than zero", "aten::col2im", sample((2, 12, 6)), [3, 4], [2, 2], [0, 1], [0, 0], [1, 1])
+    raises(rt, "divisible by the product of kernel_size", "aten::col2im", sample((2, 10, 6)), [3, 4], [2, 2], [1, 1], [0, 0], [1, 1])
+    raises(rt, "number of sliding blocks 2 * 3 = 6, but got input.size(2)=7", "aten::col2im", sample((2, 12, 7)), [3, 4], [2, 2], [1, 1], [0, 0], [1, 1])
+    raises(rt, "Expected 2D or 3D", "aten::col2im", sample((1, 2, 12, 6)), [3, 4], [2, 2], [1, 1], [0, 0], [1, 1])
+    raises(rt, "not implemented for", "aten::im2col", x.int(), [2, 2], [1, 1], [0, 0], [1, 1])

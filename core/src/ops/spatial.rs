@@ -21,6 +21,7 @@ use super::{Args, Cx, Registry};
 pub fn register(r: &mut Registry) {
     register_padding(r);
     register_upsample(r);
+    register_blocks(r);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -454,5 +455,231 @@ fn register_upsample(r: &mut Registry) {
             }
             Ok(vec![cx.f.convert(y, d)])
         },
+    );
+}
+
+// ---------------------------------------------------------- im2col / col2im
+
+/// Checked `im2col` / `col2im` parameters (each `[height, width]`).
+struct Blocks {
+    kernel: [i64; 2],
+    dilation: [i64; 2],
+    padding: [i64; 2],
+    stride: [i64; 2],
+}
+
+impl Blocks {
+    fn parse(cx: &Cx, a: &Args, first: usize) -> Result<Blocks> {
+        let b = Blocks {
+            kernel: two(cx, a, first, "kernel_size")?,
+            dilation: two(cx, a, first + 1, "dilation")?,
+            padding: two(cx, a, first + 2, "padding")?,
+            stride: two(cx, a, first + 3, "stride")?,
+        };
+        let [k, d, p, s] = [b.kernel, b.dilation, b.padding, b.stride];
+        if k[0] <= 0 || k[1] <= 0 {
+            bail_op!(&*cx.op, "kernel size should be greater than zero, but got kernel_height: {} kernel_width: {}", k[0], k[1]);
+        }
+        if s[0] <= 0 || s[1] <= 0 {
+            bail_op!(&*cx.op, "stride should be greater than zero, but got stride_height: {} stride_width: {}", s[0], s[1]);
+        }
+        if d[0] <= 0 || d[1] <= 0 {
+            bail_op!(
+                &*cx.op,
+                "dilation should be greater than zero, but got dilation_height: {} dilation_width: {}",
+                d[0],
+                d[1]
+            );
+        }
+        if p[0] < 0 || p[1] < 0 {
+            bail_op!(&*cx.op, "padding should be non-negative, but got pad_height: {} pad_width: {}", p[0], p[1]);
+        }
+        Ok(b)
+    }
+
+    /// The number of sliding blocks along each dim of a `size` image.
+    fn count(&self, size: [i64; 2]) -> [i64; 2] {
+        let n = |i: usize| {
+            let span = self.dilation[i] * (self.kernel[i] - 1) + 1;
+            (size[i] + 2 * self.padding[i] - span).div_euclid(self.stride[i]) + 1
+        };
+        [n(0), n(1)]
+    }
+
+    fn describe(&self) -> String {
+        let t = |v: [i64; 2]| format!("({}, {})", v[0], v[1]);
+        format!(
+            "kernel_size={}, dilation={}, padding={}",
+            t(self.kernel),
+            t(self.dilation),
+            t(self.padding)
+        )
+    }
+
+    /// The start of kernel offset `k` along dim `i` in the padded image.
+    fn start(&self, i: usize, k: i64) -> i64 {
+        k * self.dilation[i]
+    }
+}
+
+fn im2col(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
+    let x = a.tensor(0)?;
+    let b = Blocks::parse(cx, a, 1)?;
+    let dims = cx.dims(x);
+    let batched = dims.len() == 4;
+    if !(dims.len() == 3 || batched) || dims[usize::from(batched)..].contains(&0) {
+        bail_op!(
+            &*cx.op,
+            "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for \
+             input, but got: {}",
+            fmt(&dims)
+        );
+    }
+    let d = cx.dtype(x);
+    if !(d.is_float() || d == DType::Bool) {
+        bail_op!(&*cx.op, "\"im2col_out_cpu\" not implemented for '{d}'");
+    }
+    let x = if batched { x } else { cx.f.reshape(x, &[&[1], &dims[..]].concat()) };
+    let [n, c, h, w] = <[i64; 4]>::try_from(cx.dims(x)).unwrap();
+    let o = b.count([h, w]);
+    if o[0] < 1 || o[1] < 1 {
+        bail_op!(
+            &*cx.op,
+            "Given input with spatial size ({h}, {w}), {}, calculated shape of the array of sliding blocks as \
+             ({}, {}), but its components must be at least one.",
+            b.describe(),
+            o[0],
+            o[1]
+        );
+    }
+    let kk = b.kernel[0] * b.kernel[1];
+    let out = [n, c * kk, o[0] * o[1]];
+    if n == 0 {
+        let y = cx.f.splat(&cx.ty(x).with_dims(&out), 0.0);
+        return Ok(vec![if batched { y } else { cx.f.reshape(y, &out[1..]) }]);
+    }
+    let zero = cx.f.constant(cx.ty(x).elem, 0.0);
+    let (p, s) = (b.padding, b.stride);
+    let xp = cx.f.pad(x, zero, &[0, 0, p[0], p[1]], &[0, 0, p[0], p[1]], &[0; 4]);
+    let mut cols = Vec::with_capacity(kk as usize);
+    for ki in 0..b.kernel[0] {
+        for kj in 0..b.kernel[1] {
+            let (y0, x0) = (b.start(0, ki), b.start(1, kj));
+            let sl = cx.f.slice(
+                xp,
+                &[0, 0, y0, x0],
+                &[n, c, y0 + (o[0] - 1) * s[0] + 1, x0 + (o[1] - 1) * s[1] + 1],
+                &[1, 1, s[0], s[1]],
+            );
+            cols.push(cx.f.reshape(sl, &[n, c, 1, o[0], o[1]]));
+        }
+    }
+    let y = cx.f.concatenate(&cols, 2);
+    let y = cx.f.reshape(y, &out);
+    Ok(vec![if batched { y } else { cx.f.reshape(y, &out[1..]) }])
+}
+
+fn col2im(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
+    let x = a.tensor(0)?;
+    let size = two(cx, a, 1, "output_size")?;
+    let b = Blocks::parse(cx, a, 2)?;
+    let dims = cx.dims(x);
+    let batched = dims.len() == 3;
+    if !(dims.len() == 2 || batched) || dims[usize::from(batched)..].contains(&0) {
+        bail_op!(
+            &*cx.op,
+            "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero dimensions for \
+             input, but got: {}",
+            fmt(&dims)
+        );
+    }
+    if size[0] <= 0 || size[1] <= 0 {
+        bail_op!(&*cx.op, "output_size should be greater than zero, but got output_height: {} output_width: {}", size[0], size[1]);
+    }
+    let d = cx.dtype(x);
+    if !(d.is_float() || d == DType::Bool) {
+        bail_op!(&*cx.op, "\"col2im_out_cpu\" not implemented for '{d}'");
+    }
+    let x = if batched { x } else { cx.f.reshape(x, &[&[1], &dims[..]].concat()) };
+    let [n, ckk, l] = <[i64; 3]>::try_from(cx.dims(x)).unwrap();
+    let kk = b.kernel[0] * b.kernel[1];
+    if ckk % kk != 0 {
+        bail_op!(
+            &*cx.op,
+            "Expected size of input's dimension 1 to be divisible by the product of kernel_size, but got \
+             input.size(1)={ckk} and kernel_size=({}, {}).",
+            b.kernel[0],
+            b.kernel[1]
+        );
+    }
+    let o = b.count(size);
+    let ctx = || {
+        format!(
+            "Given output_size=({}, {}), {}, stride=({}, {})",
+            size[0],
+            size[1],
+            b.describe(),
+            b.stride[0],
+            b.stride[1]
+        )
+    };
+    if o[0] < 1 || o[1] < 1 {
+        bail_op!(
+            &*cx.op,
+            "{}, calculated shape of the array of sliding blocks as ({}, {}), but its components must be at least one.",
+            ctx(),
+            o[0],
+            o[1]
+        );
+    }
+    if l != o[0] * o[1] {
+        bail_op!(
+            &*cx.op,
+            "{}, expected size of input's dimension 2 to match the calculated number of sliding blocks {} * {} = {}, \
+             but got input.size(2)={l}.",
+            ctx(),
+            o[0],
+            o[1],
+            o[0] * o[1]
+        );
+    }
+    let c = ckk / kk;
+    let out = [n, c, size[0], size[1]];
+    let elem = Elem::from(d.opmath());
+    let combine = |f: &mut Func, a: V, b: V| if elem == Elem::Pred { f.or(a, b) } else { f.add(a, b) };
+    let (p, s) = (b.padding, b.stride);
+    let padded = [size[0] + 2 * p[0], size[1] + 2 * p[1]];
+    let mut acc = cx.f.splat(&Ty::new(elem, &[n, c, padded[0], padded[1]]), 0.0);
+    if n > 0 {
+        let xc = up(cx, x);
+        let xc = cx.f.reshape(xc, &[n, c, kk, o[0], o[1]]);
+        let zero = cx.f.constant(elem, 0.0);
+        for ki in 0..b.kernel[0] {
+            for kj in 0..b.kernel[1] {
+                let k = ki * b.kernel[1] + kj;
+                let sl = cx.f.slice(xc, &[0, 0, k, 0, 0], &[n, c, k + 1, o[0], o[1]], &[1; 5]);
+                let sl = cx.f.reshape(sl, &[n, c, o[0], o[1]]);
+                // Spread the blocks out by the stride at their kernel offset.
+                let (y0, x0) = (b.start(0, ki), b.start(1, kj));
+                let hi = [padded[0] - y0 - (o[0] - 1) * s[0] - 1, padded[1] - x0 - (o[1] - 1) * s[1] - 1];
+                let spread = cx.f.pad(sl, zero, &[0, 0, y0, x0], &[0, 0, hi[0], hi[1]], &[0, 0, s[0] - 1, s[1] - 1]);
+                acc = combine(&mut cx.f, acc, spread);
+            }
+        }
+    }
+    let y = cx.f.slice(acc, &[0, 0, p[0], p[1]], &[n, c, p[0] + size[0], p[1] + size[1]], &[1; 4]);
+    let y = cx.f.convert(y, d);
+    Ok(vec![if batched { y } else { cx.f.reshape(y, &out[1..]) }])
+}
+
+fn register_blocks(r: &mut Registry) {
+    r.op(
+        "aten::im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor",
+        im2col,
+    );
+    r.op(
+        "aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, \
+         int[2] stride) -> Tensor",
+        col2im,
     );
 }
