@@ -218,3 +218,41 @@ def test_block_errors(rt):
     raises(rt, "number of sliding blocks 2 * 3 = 6, but got input.size(2)=7", "aten::col2im", sample((2, 12, 7)), [3, 4], [2, 2], [1, 1], [0, 0], [1, 1])
     raises(rt, "Expected 2D or 3D", "aten::col2im", sample((1, 2, 12, 6)), [3, 4], [2, 2], [1, 1], [0, 0], [1, 1])
     raises(rt, "not implemented for", "aten::im2col", x.int(), [2, 2], [1, 1], [0, 0], [1, 1])
+
+
+# ------------------------------------------------------------- grid_sampler
+
+
+@pytest.mark.parametrize("interp", [0, 1], ids=["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", [0, 1, 2], ids=["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_grid_sampler_2d(rt, interp, padding, align, dtype):
+    x = sample((2, 3, 5, 7), dtype)
+    # Reaches well outside [-1, 1] so that every padding mode matters.
+    grid = (torch.rand(2, 4, 6, 2) * 3.2 - 1.6).to(dtype)
+    # PyTorch's bf16 kernel rounds the coordinates to bf16 at every step,
+    # which moves samples across pixels; this computes in f32 and rounds the
+    # result once, so the reference is the f32 kernel on the same inputs.
+    want = A.grid_sampler_2d(x.double(), grid.double(), interp, padding, align).to(dtype)
+    if dtype != torch.bfloat16:
+        want = A.grid_sampler_2d(x, grid, interp, padding, align)
+    check(call(rt, "aten::grid_sampler_2d", x, grid, interp, padding, align), want, **tol_for(dtype))
+
+
+def test_grid_sample_functional(rt):
+    x = sample((1, 2, 6, 6))
+    theta = torch.tensor([[[0.8, -0.3, 0.1], [0.2, 0.9, -0.2]]])
+    grid = torch.nn.functional.affine_grid(theta, (1, 2, 4, 5), align_corners=False)
+    want = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    check(call(rt, "aten::grid_sampler_2d", x, grid, 0, 0, False), want)
+
+
+def test_grid_sampler_errors(rt):
+    x, g = sample((2, 3, 4, 5)), torch.rand(2, 6, 7, 2)
+    raises(rt, "expected grid and input to have same batch size", "aten::grid_sampler_2d", x, g[:1], 0, 0, False)
+    raises(rt, "expected grid to have size 2 in last dimension", "aten::grid_sampler_2d", x, g[..., :1], 0, 0, False)
+    raises(rt, "expected 4D input", "aten::grid_sampler_2d", x[0], g, 0, 0, False)
+    raises(rt, "with dimension 2 being empty", "aten::grid_sampler_2d", x[:, :, :0], g, 0, 0, False)
+    raises(rt, "bicubic", "aten::grid_sampler_2d", x, g, 2, 0, False)
+    raises(rt, "expected scalar type", "aten::grid_sampler_2d", x, g.double(), 0, 0, False)

@@ -22,6 +22,11 @@ pub fn register(r: &mut Registry) {
     register_padding(r);
     register_upsample(r);
     register_blocks(r);
+    r.op(
+        "aten::grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) \
+         -> Tensor",
+        grid_sampler_2d,
+    );
 }
 
 // ------------------------------------------------------------------ helpers
@@ -682,4 +687,195 @@ fn register_blocks(r: &mut Registry) {
          int[2] stride) -> Tensor",
         col2im,
     );
+}
+
+// ------------------------------------------------------------- grid_sampler
+
+/// `x` clipped to `[0, size - 1]`.
+fn clip(f: &mut Func, x: V, size: i64) -> V {
+    let lo = f.full_like(x, 0.0);
+    let hi = f.full_like(x, (size - 1) as f64);
+    let x = f.max(x, lo);
+    f.min(x, hi)
+}
+
+/// PyTorch's `reflect_coordinates`: reflects `x` into
+/// `[twice_low / 2, twice_high / 2]`.
+fn reflect(f: &mut Func, x: V, twice_low: i64, twice_high: i64) -> V {
+    if twice_low == twice_high {
+        return f.full_like(x, 0.0);
+    }
+    let min = f.full_like(x, twice_low as f64 / 2.0);
+    let span = f.full_like(x, (twice_high - twice_low) as f64 / 2.0);
+    let d = f.sub(x, min);
+    let d = f.unary("stablehlo.abs", d);
+    let extra = f.binary("stablehlo.remainder", d, span);
+    let flips = f.div(d, span);
+    let flips = f.unary("stablehlo.floor", flips);
+    // Even flips: min + extra; odd: min + span - extra.
+    let two = f.full_like(x, 2.0);
+    let half = f.div(flips, two);
+    let half = f.unary("stablehlo.floor", half);
+    let half = f.mul(half, two);
+    let even = f.compare(crate::hlo::Cmp::Eq, half, flips);
+    let fwd = f.add(extra, min);
+    let back = f.sub(span, extra);
+    let back = f.add(back, min);
+    f.select(even, fwd, back)
+}
+
+/// `grid_sampler_compute_source_index`: the normalized coordinate `x` in
+/// `[-1, 1]` as a pixel position along a dim of `size`, after padding.
+fn source_coord(f: &mut Func, x: V, size: i64, padding: i64, align: bool) -> V {
+    let one = f.full_like(x, 1.0);
+    let xp1 = f.add(x, one);
+    let x = if align {
+        // ((x + 1) / 2) * (size - 1)
+        let two = f.full_like(x, 2.0);
+        let h = f.div(xp1, two);
+        let s = f.full_like(x, (size - 1) as f64);
+        f.mul(h, s)
+    } else {
+        // ((x + 1) * size - 1) / 2
+        let s = f.full_like(x, size as f64);
+        let t = f.mul(xp1, s);
+        let t = f.sub(t, one);
+        let two = f.full_like(x, 2.0);
+        f.div(t, two)
+    };
+    match padding {
+        1 => clip(f, x, size),
+        2 => {
+            let r = if align { reflect(f, x, 0, 2 * (size - 1)) } else { reflect(f, x, -1, 2 * size - 1) };
+            clip(f, r, size)
+        }
+        _ => x,
+    }
+}
+
+fn grid_sampler_2d(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
+    let (x, grid) = (a.tensor(0)?, a.tensor(1)?);
+    let (mode, padding, align) = (a.int(2)?, a.int(3)?, a.bool(4)?);
+    let (xd, gd) = (cx.dims(x), cx.dims(grid));
+    if xd.len() != 4 || gd.len() != 4 {
+        bail_op!(
+            &*cx.op,
+            "grid_sampler(): expected 4D input and grid with same number of dimensions, but got input with sizes {} \
+             and grid with sizes {}",
+            fmt(&xd),
+            fmt(&gd)
+        );
+    }
+    if xd[0] != gd[0] {
+        bail_op!(
+            &*cx.op,
+            "grid_sampler(): expected grid and input to have same batch size, but got input with sizes {} and grid \
+             with sizes {}",
+            fmt(&xd),
+            fmt(&gd)
+        );
+    }
+    if gd[3] != 2 {
+        bail_op!(
+            &*cx.op,
+            "grid_sampler(): expected grid to have size 2 in last dimension, but got grid with sizes {}",
+            fmt(&gd)
+        );
+    }
+    for i in 2..4 {
+        if xd[i] == 0 {
+            bail_op!(
+                &*cx.op,
+                "grid_sampler(): expected input to have non-empty spatial dimensions, but input has sizes {} with \
+                 dimension {i} being empty",
+                fmt(&xd)
+            );
+        }
+    }
+    let d = cx.dtype(x);
+    if cx.dtype(grid) != d {
+        bail_op!(&*cx.op, "expected scalar type {d} but found {}", cx.dtype(grid));
+    }
+    require_float(cx, x, "grid_sampler_2d_cpu_kernel_impl")?;
+    if !(0..=1).contains(&mode) {
+        bail_op!(&*cx.op, "interpolation_mode {mode} is not supported (0: bilinear, 1: nearest; bicubic is not implemented)");
+    }
+    if !(0..=2).contains(&padding) {
+        bail_op!(&*cx.op, "padding_mode {padding} is not supported (0: zeros, 1: border, 2: reflection)");
+    }
+    let [n, c, h, w] = <[i64; 4]>::try_from(xd).unwrap();
+    let (ho, wo) = (gd[1], gd[2]);
+    let out = [n, c, ho, wo];
+    if shape::numel(&out) == 0 {
+        return Ok(vec![cx.f.splat(&cx.ty(x).with_dims(&out), 0.0)]);
+    }
+    let od = d.opmath();
+    let g = cx.f.convert(grid, od);
+    let pos = [n, ho, wo];
+    let coord = |cx: &mut Cx, k: i64| {
+        let s = cx.f.slice(g, &[0, 0, 0, k], &[n, ho, wo, k + 1], &[1; 4]);
+        cx.f.reshape(s, &pos)
+    };
+    let (gx, gy) = (coord(cx, 0), coord(cx, 1));
+    let ix = source_coord(&mut cx.f, gx, w, padding, align);
+    let iy = source_coord(&mut cx.f, gy, h, padding, align);
+    // Pixels as [N, H, W, C] rows, gathered at (n, y, x).
+    let xc = cx.f.convert(x, od);
+    let rows = cx.f.transpose(xc, &[0, 2, 3, 1]);
+    let batch = cx.f.iota(&Ty::new(Elem::I64, &pos), 0);
+    let batch = cx.f.reshape(batch, &[n, ho, wo, 1]);
+    // The value at integral (float) position (px, py), or 0 outside the image.
+    let corner = |cx: &mut Cx, px: V, py: V| -> V {
+        let f = &mut cx.f;
+        let zero = f.full_like(px, 0.0);
+        let (wm, hm) = (f.full_like(px, (w - 1) as f64), f.full_like(px, (h - 1) as f64));
+        use crate::hlo::Cmp;
+        let c1 = f.compare(Cmp::Ge, px, zero);
+        let c2 = f.compare(Cmp::Le, px, wm);
+        let c3 = f.compare(Cmp::Ge, py, zero);
+        let c4 = f.compare(Cmp::Le, py, hm);
+        let v = f.and(c1, c2);
+        let v = f.and(v, c3);
+        let inside = f.and(v, c4);
+        let cxp = clip(f, px, w);
+        let cyp = clip(f, py, h);
+        let xi = f.convert(cxp, Elem::I64);
+        let yi = f.convert(cyp, Elem::I64);
+        let xi = f.reshape(xi, &[n, ho, wo, 1]);
+        let yi = f.reshape(yi, &[n, ho, wo, 1]);
+        let idx = f.concatenate(&[batch, yi, xi], 3);
+        let vals = f.gather(rows, idx, &[3], &[0, 1, 2], &[0, 1, 2], 3, &[1, 1, 1, c], &[n, ho, wo, c]);
+        let inside = f.broadcast_in_dim(inside, &[0, 1, 2], &[n, ho, wo, c]);
+        let zeros = f.full_like(vals, 0.0);
+        f.select(inside, vals, zeros)
+    };
+    let y = if mode == 1 {
+        let px = cx.f.unary("stablehlo.round_nearest_even", ix);
+        let py = cx.f.unary("stablehlo.round_nearest_even", iy);
+        corner(cx, px, py)
+    } else {
+        let x0 = cx.f.unary("stablehlo.floor", ix);
+        let y0 = cx.f.unary("stablehlo.floor", iy);
+        let one = cx.f.full_like(x0, 1.0);
+        let x1 = cx.f.add(x0, one);
+        let y1 = cx.f.add(y0, one);
+        // Weights as PyTorch forms them: products of distances to the
+        // opposite corner.
+        let (dx0, dx1) = (cx.f.sub(x1, ix), cx.f.sub(ix, x0));
+        let (dy0, dy1) = (cx.f.sub(y1, iy), cx.f.sub(iy, y0));
+        let mut acc: Option<V> = None;
+        for (px, py, wx, wy) in [(x0, y0, dx0, dy0), (x1, y0, dx1, dy0), (x0, y1, dx0, dy1), (x1, y1, dx1, dy1)] {
+            let v = corner(cx, px, py);
+            let wgt = cx.f.mul(wx, wy);
+            let wgt = cx.f.broadcast_in_dim(wgt, &[0, 1, 2], &[n, ho, wo, c]);
+            let t = cx.f.mul(v, wgt);
+            acc = Some(match acc {
+                Some(s) => cx.f.add(s, t),
+                None => t,
+            });
+        }
+        acc.unwrap()
+    };
+    let y = cx.f.transpose(y, &[0, 3, 1, 2]);
+    Ok(vec![cx.f.convert(y, d)])
 }
