@@ -256,3 +256,60 @@ def test_grid_sampler_errors(rt):
     raises(rt, "with dimension 2 being empty", "aten::grid_sampler_2d", x[:, :, :0], g, 0, 0, False)
     raises(rt, "bicubic", "aten::grid_sampler_2d", x, g, 2, 0, False)
     raises(rt, "expected scalar type", "aten::grid_sampler_2d", x, g.double(), 0, 0, False)
+
+
+# ----------------------------------------------------------- cdist / pdist
+
+PS = [0.0, 1.0, 2.0, 3.0, 0.5, float("inf")]
+
+
+@pytest.mark.parametrize("p", PS)
+@pytest.mark.parametrize(
+    "shapes",
+    [((5, 3), (4, 3)), ((2, 5, 4), (2, 6, 4)), ((3, 1, 4, 2), (2, 5, 2)), ((30, 3), (7, 3))],
+    ids=lambda s: f"{list(s[0])}x{list(s[1])}",
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cdist(rt, p, shapes, dtype):
+    a, b = sample(shapes[0], dtype), sample(shapes[1], dtype)
+    if p == 0.0:
+        # Repeated coordinates make the p=0 count non-trivial.
+        a = a.round()
+        b = b.round()
+    want = A._cdist_forward(a, b, p, None)
+    check(call(rt, "aten::_cdist_forward", a, b, p, None), want, **tol_for(dtype, 1e-4))
+
+
+@pytest.mark.parametrize("compute_mode", [None, 1, 2])
+def test_cdist_compute_modes(rt, compute_mode):
+    # The matmul path (mode 1, or more than 25 rows by default) computes
+    # |a|^2 - 2ab + |b|^2, clamped at 0: identical rows come out near 0 up to
+    # cancellation noise (about sqrt(eps) * |a|), exactly 0 on the direct path.
+    a = sample((30, 4))
+    b = torch.cat([a[:3], sample((27, 4))])
+    want = A._cdist_forward(a, b, 2.0, compute_mode)
+    got = call(rt, "aten::_cdist_forward", a, b, 2.0, compute_mode)
+    check(got, want, atol=2e-3 if compute_mode != 2 else 1e-5, rtol=1e-4)
+    if compute_mode == 2:
+        assert (got.diagonal()[:3] == 0).all()
+
+
+@pytest.mark.parametrize("p", PS)
+@pytest.mark.parametrize("n", [1, 2, 6])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pdist(rt, p, n, dtype):
+    x = sample((n, 5), dtype)
+    if p == 0.0:
+        x = x.round()
+    check(call(rt, "aten::_pdist_forward", x, p), A._pdist_forward(x, p), **tol_for(dtype, 1e-5))
+
+
+def test_distance_errors(rt):
+    x = sample((3, 4, 5))
+    raises(rt, "X1 and X2 must have the same number of columns. X1: 5 X2: 2", "aten::_cdist_forward", x, x[..., :2], 2.0, None)
+    raises(rt, "cdist only supports at least 2D tensors, X1 got: 1D", "aten::_cdist_forward", x[0, 0], x[0], 2.0, None)
+    raises(rt, "cdist only supports non-negative p values", "aten::_cdist_forward", x, x, -1.0, None)
+    raises(rt, "cdist only supports floating-point dtypes", "aten::_cdist_forward", x.int(), x.int(), 2.0, None)
+    raises(rt, "not implemented for", "aten::_cdist_forward", x.bfloat16(), x.bfloat16(), 2.0, None)
+    raises(rt, "pdist only supports 2D tensors, got: 3D", "aten::_pdist_forward", x, 2.0)
+    raises(rt, "not implemented for", "aten::_pdist_forward", x[0].int(), 2.0)
