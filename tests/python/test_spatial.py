@@ -313,3 +313,57 @@ def test_distance_errors(rt):
     raises(rt, "not implemented for", "aten::_cdist_forward", x.bfloat16(), x.bfloat16(), 2.0, None)
     raises(rt, "pdist only supports 2D tensors, got: 3D", "aten::_pdist_forward", x, 2.0)
     raises(rt, "not implemented for", "aten::_pdist_forward", x[0].int(), 2.0)
+
+
+# ------------------------------------------------------------ embedding_bag
+
+BAG_INDICES = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 7, 7])
+BAG_OFFSETS = torch.tensor([0, 4, 4, 6, 9])
+
+
+def check_bag(got, want, dtype):
+    assert len(got) == 4
+    check(got[0], want[0], **tol_for(dtype))
+    for g, w in zip(got[1:], want[1:]):
+        check(g, w)
+
+
+@pytest.mark.parametrize("bag_mode", [0, 1, 2], ids=["sum", "mean", "max"])
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("pad", [-1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_embedding_bag(rt, bag_mode, last, pad, dtype):
+    w = sample((10, 3), dtype)
+    args = (BAG_INDICES, BAG_OFFSETS, False, bag_mode, False, None, last, pad)
+    check_bag(call(rt, "aten::_embedding_bag", w, *args), A._embedding_bag(w, *args), dtype)
+
+
+@pytest.mark.parametrize("pad", [-1, 2])
+def test_embedding_bag_per_sample_weights_and_int32(rt, pad):
+    w = sample((10, 4))
+    psw = torch.rand(len(BAG_INDICES))
+    args = (BAG_INDICES, BAG_OFFSETS, False, 0, False, psw, False, pad)
+    check_bag(call(rt, "aten::_embedding_bag", w, *args), A._embedding_bag(w, *args), torch.float32)
+    for mode_ in [0, 1, 2]:
+        args = (BAG_INDICES.int(), BAG_OFFSETS.int(), False, mode_, False, None, True, pad)
+        check_bag(call(rt, "aten::_embedding_bag", w, *args), A._embedding_bag(w, *args), torch.float32)
+
+
+def test_embedding_bag_max_ties_and_functional(rt):
+    w = torch.tensor([[1.0, 2.0], [1.0, 3.0], [0.0, 3.0]])
+    args = (torch.tensor([0, 1, 2, 0, 0]), torch.tensor([0, 3]), False, 2, False, None, False, 0)
+    check_bag(call(rt, "aten::_embedding_bag", w, *args), A._embedding_bag(w, *args), torch.float32)
+    w = sample((20, 5))
+    x = torch.randint(0, 20, (4, 3))
+    want = torch.nn.functional.embedding_bag(x, w, mode="mean")
+    got = call(rt, "aten::_embedding_bag", w, x.reshape(-1), torch.arange(0, 12, 3), False, 1, False, None, False, -1)
+    check(got[0], want)
+
+
+def test_embedding_bag_errors(rt):
+    w = sample((10, 3))
+    i, o = BAG_INDICES, BAG_OFFSETS
+    raises(rt, "per_sample_weights only supported with mode='sum'", "aten::_embedding_bag", w, i, o, False, 2, False, torch.rand(len(i)), False, -1)
+    raises(rt, "`mode` must be sum, mean, or max.", "aten::_embedding_bag", w, i, o, False, 3, False, None, False, -1)
+    raises(rt, "'indices' to have one of the following scalar types: Long, Int", "aten::_embedding_bag", w, i.float(), o, False, 1, False, None, False, -1)
+    raises(rt, "weight has to be a 2D Tensor, but got Tensor of dimension 1", "aten::_embedding_bag", w[0], i, o, False, 1, False, None, False, -1)

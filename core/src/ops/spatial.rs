@@ -24,6 +24,12 @@ pub fn register(r: &mut Registry) {
     register_blocks(r);
     register_distance(r);
     r.op(
+        "aten::_embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, \
+         int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, \
+         int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)",
+        embedding_bag,
+    );
+    r.op(
         "aten::grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) \
          -> Tensor",
         grid_sampler_2d,
@@ -1024,4 +1030,174 @@ fn pdist_forward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
 fn register_distance(r: &mut Registry) {
     r.op("aten::_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor", cdist_forward);
     r.op("aten::_pdist_forward(Tensor self, float p=2) -> Tensor", pdist_forward);
+}
+
+// ------------------------------------------------------------ embedding_bag
+
+/// Checks an `_embedding_bag` index tensor (`indices` or `offsets`).
+fn bag_index(cx: &Cx, t: V, arg: usize, name: &str) -> Result<()> {
+    let d = cx.dtype(t);
+    if !matches!(d, DType::I64 | DType::I32) {
+        bail_op!(
+            &*cx.op,
+            "Expected tensor for argument #{arg} '{name}' to have one of the following scalar types: Long, Int; but \
+             got {d} instead (while checking arguments for embedding_bag)"
+        );
+    }
+    if cx.rank(t) != 1 {
+        bail_op!(&*cx.op, "{name} has to be a 1D Tensor, but got Tensor of dimension {}", cx.rank(t));
+    }
+    Ok(())
+}
+
+/// `_embedding_bag` on CPU: returns (output, offset2bag, bag_size,
+/// max_indices) with PyTorch's shapes, including its quirks: the sum fast
+/// path (f32/f16/bf16 weight, no padding_idx) leaves offset2bag empty, sum
+/// reports zero bag sizes, mean reports the bag sizes again as max_indices,
+/// and the last bag runs to the end of `indices` except in the fast path's
+/// sums.
+fn embedding_bag(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
+    use crate::hlo::Cmp;
+    let (w, idx, off) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
+    let (mode, psw, last, pad) = (a.int(4)?, a.opt_tensor(6), a.bool(7)?, a.int(8)?);
+    let wd = cx.dims(w);
+    if wd.len() != 2 {
+        bail_op!(&*cx.op, "weight has to be a 2D Tensor, but got Tensor of dimension {}", wd.len());
+    }
+    bag_index(cx, idx, 1, "indices")?;
+    bag_index(cx, off, 2, "offsets")?;
+    if !(0..=2).contains(&mode) {
+        bail_op!(&*cx.op, "`mode` must be sum, mean, or max.");
+    }
+    let d = require_float(cx, w, "embedding_bag")?;
+    let (l, d_emb) = (cx.dims(idx)[0], wd[1]);
+    if let Some(p) = psw {
+        if mode != 0 {
+            bail_op!(&*cx.op, "embedding_bag: per_sample_weights only supported with mode='sum'");
+        }
+        if cx.dims(p) != [l] {
+            bail_op!(
+                &*cx.op,
+                "expected per_sample_weights to be 1D tensor of size {l} (the size of indices), but got {}",
+                fmt(&cx.dims(p))
+            );
+        }
+        if cx.dtype(p) != d {
+            bail_op!(&*cx.op, "expected scalar type {d} but found {}", cx.dtype(p));
+        }
+    }
+    let noff = cx.dims(off)[0];
+    let nb = noff - i64::from(last);
+    if nb < 0 {
+        bail_op!(&*cx.op, "include_last_offset: number of offsets should be at least 1");
+    }
+    let id = if cx.dtype(idx) == DType::I64 || cx.dtype(off) == DType::I64 { DType::I64 } else { DType::I32 };
+    let od = d.opmath();
+    let fast_sum = mode == 0 && pad < 0 && matches!(d, DType::F32 | DType::F16 | DType::BF16);
+    let zeros_i = |cx: &mut Cx, dims: &[i64]| cx.f.splat(&Ty::new(id, dims), 0.0);
+    let max_dims: Vec<i64> = if mode == 2 { vec![nb, d_emb] } else { vec![nb] };
+    if l == 0 || nb == 0 {
+        let out = cx.f.splat(&Ty::new(d, &[nb, d_emb]), 0.0);
+        let o2b = zeros_i(cx, &[if fast_sum { 0 } else { l }]);
+        let size = zeros_i(cx, &[nb]);
+        let mi = zeros_i(cx, &max_dims);
+        return Ok(vec![out, o2b, size, mi]);
+    }
+    let ix = cx.f.convert(idx, Elem::I64);
+    // The bag of index i: how many bag starts are <= i, minus one.
+    let starts = cx.f.convert(off, Elem::I64);
+    let starts = cx.f.slice(starts, &[0], &[nb], &[1]);
+    let starts = cx.f.broadcast_in_dim(starts, &[1], &[l, nb]);
+    let pos = cx.f.iota(&Ty::new(Elem::I64, &[l, nb]), 0);
+    let le = cx.f.compare(Cmp::Le, starts, pos);
+    let le = cx.f.convert(le, Elem::I64);
+    let zero_i = cx.f.constant(Elem::I64, 0.0);
+    let bag = cx.f.reduce(le, zero_i, &[1], Reducer::Add);
+    let one_l = cx.f.splat_int(&Ty::new(Elem::I64, &[l]), 1);
+    let bag = cx.f.sub(bag, one_l);
+    let bag_col = cx.f.reshape(bag, &[l, 1]);
+    // Entries equal to padding_idx take no part.
+    let valid = if pad >= 0 {
+        let p = cx.f.splat_int(&Ty::new(Elem::I64, &[l]), pad);
+        cx.f.compare(Cmp::Ne, ix, p)
+    } else {
+        cx.f.splat(&Ty::new(Elem::Pred, &[l]), 1.0)
+    };
+    let valid_rows = cx.f.broadcast_in_dim(valid, &[0], &[l, d_emb]);
+    let counts = {
+        let v = cx.f.convert(valid, Elem::I64);
+        let z = cx.f.splat(&Ty::new(Elem::I64, &[nb]), 0.0);
+        cx.f.scatter(z, bag_col, v, &[], &[0], &[0], 1, Some(Reducer::Add))
+    };
+    let wc = cx.f.convert(w, od);
+    let ix_col = cx.f.reshape(ix, &[l, 1]);
+    let rows = cx.f.gather(wc, ix_col, &[1], &[0], &[0], 1, &[1, d_emb], &[l, d_emb]);
+    let out_ty = Ty::new(od, &[nb, d_emb]);
+    let nonempty = {
+        let z = cx.f.splat(&Ty::new(Elem::I64, &[nb]), 0.0);
+        let ne = cx.f.compare(Cmp::Gt, counts, z);
+        cx.f.broadcast_in_dim(ne, &[0], &[nb, d_emb])
+    };
+    let (out, max_idx) = if mode == 2 {
+        let neg = cx.f.splat(&Ty::new(od, &[l, d_emb]), f64::NEG_INFINITY);
+        let contrib = cx.f.select(valid_rows, rows, neg);
+        let init = cx.f.splat(&out_ty, f64::NEG_INFINITY);
+        let mx = cx.f.scatter(init, bag_col, contrib, &[1], &[0], &[0], 1, Some(Reducer::Max));
+        // The first entry of each bag reaching the max, per feature.
+        let bag_clamped = {
+            let z = cx.f.full_like(bag_col, 0.0);
+            cx.f.max(bag_col, z)
+        };
+        let back = cx.f.gather(mx, bag_clamped, &[1], &[0], &[0], 1, &[1, d_emb], &[l, d_emb]);
+        let eq = cx.f.compare(Cmp::Eq, rows, back);
+        let eq = cx.f.and(eq, valid_rows);
+        let at = cx.f.iota(&Ty::new(Elem::I64, &[l, d_emb]), 0);
+        let none = cx.f.splat_int(&Ty::new(Elem::I64, &[l, d_emb]), l);
+        let at = cx.f.select(eq, at, none);
+        let init = cx.f.splat_int(&Ty::new(Elem::I64, &[nb, d_emb]), l);
+        let first = cx.f.scatter(init, bag_col, at, &[1], &[0], &[0], 1, Some(Reducer::Min));
+        // Position l (no entry) reads index 0.
+        let pad0 = cx.f.splat_int(&Ty::new(Elem::I64, &[1]), 0);
+        let ix_ext = cx.f.concatenate(&[ix, pad0], 0);
+        let first = cx.f.reshape(first, &[nb * d_emb, 1]);
+        let mi = cx.f.gather(ix_ext, first, &[], &[0], &[0], 1, &[1], &[nb * d_emb]);
+        let mi = cx.f.reshape(mi, &[nb, d_emb]);
+        let zeros = cx.f.full_like(mx, 0.0);
+        let out = cx.f.select(nonempty, mx, zeros);
+        (out, cx.f.convert(mi, id))
+    } else {
+        let mut contrib = rows;
+        if let Some(p) = psw {
+            let pc = cx.f.convert(p, od);
+            let pc = cx.f.broadcast_in_dim(pc, &[0], &[l, d_emb]);
+            contrib = cx.f.mul(contrib, pc);
+        }
+        let zeros = cx.f.full_like(contrib, 0.0);
+        let mut keep = valid_rows;
+        if last && pad < 0 && matches!(d, DType::F32 | DType::F16 | DType::BF16) {
+            // The fast path's sums end the last bag at the last offset
+            // (the bag sizes, and so the mean's divisor, still run to the end).
+            let end = cx.f.convert(off, Elem::I64);
+            let end = cx.f.slice(end, &[nb], &[nb + 1], &[1]);
+            let end = cx.f.broadcast_in_dim(end, &[1], &[l, d_emb]);
+            let at = cx.f.iota(&Ty::new(Elem::I64, &[l, d_emb]), 0);
+            let before = cx.f.compare(Cmp::Lt, at, end);
+            keep = cx.f.and(keep, before);
+        }
+        let contrib = cx.f.select(keep, contrib, zeros);
+        let init = cx.f.splat(&out_ty, 0.0);
+        let mut out = cx.f.scatter(init, bag_col, contrib, &[1], &[0], &[0], 1, Some(Reducer::Add));
+        if mode == 1 {
+            let one = cx.f.splat_int(&Ty::new(Elem::I64, &[nb]), 1);
+            let n = cx.f.max(counts, one);
+            let n = cx.f.convert(n, od);
+            let n = cx.f.broadcast_in_dim(n, &[0], &[nb, d_emb]);
+            out = cx.f.div(out, n);
+        }
+        let mi = if mode == 1 { cx.f.convert(counts, id) } else { zeros_i(cx, &[nb]) };
+        (out, mi)
+    };
+    let o2b = if fast_sum { zeros_i(cx, &[0]) } else { cx.f.convert(bag, id) };
+    let size = if mode == 0 { zeros_i(cx, &[nb]) } else { cx.f.convert(counts, id) };
+    Ok(vec![cx.f.convert(out, d), o2b, size, max_idx])
 }
