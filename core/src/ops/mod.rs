@@ -21,6 +21,7 @@ mod reduce;
 pub mod schema;
 mod shape_ops;
 mod sort;
+mod spatial;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -355,6 +356,7 @@ impl Registry {
         index::register(&mut r);
         sort::register(&mut r);
         nn::register(&mut r);
+        spatial::register(&mut r);
         copy::register(&mut r);
         r
     }
