@@ -81,8 +81,13 @@ def test_long_loop_does_not_grow(mode):
         return loss
 
     with torch.tpu.set_eager_mode(mode):
-        for _ in range(50):
-            step().item()
+        # Warm-up with the measured loop's own pattern: in fused mode the
+        # flush points (host reads, the graph-size limit) decide the programs.
+        for i in range(300):
+            loss = step()
+            if i % 100 == 0:
+                loss.item()
+        del loss
         torch.tpu.synchronize()
         gc.collect()
         rss0, dev0 = _rss_mib(), torch.tpu.memory_allocated()
@@ -90,6 +95,7 @@ def test_long_loop_does_not_grow(mode):
             loss = step()
             if i % 100 == 0:
                 loss.item()
+        del loss
         torch.tpu.synchronize()
         gc.collect()
         rss1, dev1 = _rss_mib(), torch.tpu.memory_allocated()
