@@ -12,7 +12,7 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Elem, Func, Reducer, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::shape::{self, fmt};
 
 use super::common::up;
@@ -724,7 +724,7 @@ fn reflect(f: &mut Func, x: V, twice_low: i64, twice_high: i64) -> V {
     let half = f.div(flips, two);
     let half = f.unary("stablehlo.floor", half);
     let half = f.mul(half, two);
-    let even = f.compare(crate::hlo::Cmp::Eq, half, flips);
+    let even = f.compare(Cmp::Eq, half, flips);
     let fwd = f.add(extra, min);
     let back = f.sub(span, extra);
     let back = f.add(back, min);
@@ -836,7 +836,6 @@ fn grid_sampler_2d(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
         let f = &mut cx.f;
         let zero = f.full_like(px, 0.0);
         let (wm, hm) = (f.full_like(px, (w - 1) as f64), f.full_like(px, (h - 1) as f64));
-        use crate::hlo::Cmp;
         let c1 = f.compare(Cmp::Ge, px, zero);
         let c2 = f.compare(Cmp::Le, px, wm);
         let c3 = f.compare(Cmp::Ge, py, zero);
@@ -896,7 +895,7 @@ fn pnorm(cx: &mut Cx, diff: V, dim: usize, p: f64) -> V {
     let zero = cx.f.constant(elem, 0.0);
     if p == 0.0 {
         let z = cx.f.full_like(diff, 0.0);
-        let nz = cx.f.compare(crate::hlo::Cmp::Ne, diff, z);
+        let nz = cx.f.compare(Cmp::Ne, diff, z);
         let nz = cx.f.convert(nz, elem);
         return cx.f.reduce(nz, zero, &[dim], Reducer::Add);
     }
@@ -951,7 +950,7 @@ fn cdist_forward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     if m1 != m2 {
         bail_op!(&*cx.op, "X1 and X2 must have the same number of columns. X1: {m1} X2: {m2}");
     }
-    if !(p >= 0.0) {
+    if p.is_nan() || p < 0.0 {
         bail_op!(&*cx.op, "cdist only supports non-negative p values");
     }
     if !(0..=2).contains(&mode) {
@@ -1057,7 +1056,6 @@ fn bag_index(cx: &Cx, t: V, arg: usize, name: &str) -> Result<()> {
 /// and the last bag runs to the end of `indices` except in the fast path's
 /// sums.
 fn embedding_bag(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
-    use crate::hlo::Cmp;
     let (w, idx, off) = (a.tensor(0)?, a.tensor(1)?, a.tensor(2)?);
     let (mode, psw, last, pad) = (a.int(4)?, a.opt_tensor(6), a.bool(7)?, a.int(8)?);
     let wd = cx.dims(w);
