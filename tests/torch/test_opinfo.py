@@ -41,6 +41,10 @@ SKIPS = {
                                 "names other elements",
 }
 
+# Ops returning the indices of sorted or selected values: with ties either
+# index is right (PyTorch's sort is not stable unless asked to be).
+TIES = {"sort", "argsort", "topk", "msort", "kthvalue", "mode", "median", "nanmedian"}
+
 # Arguments that PyTorch requires on the CPU whatever the device (indices of
 # tensor_split are host data).
 KEEP_ON_CPU = {"tensor_split"}
@@ -91,7 +95,10 @@ def _compare(op_name, got, want, dtype):
         assert a.device.type == "tpu", f"{op_name}: result on {a.device}"
         a = a.detach().cpu()
         if b.dtype == torch.bool or not (b.is_floating_point() or b.is_complex()):
-            assert a.dtype == b.dtype and torch.equal(a, b.detach()), f"{op_name}: integer result differs"
+            assert a.dtype == b.dtype, f"{op_name}: {a.dtype} result, {b.dtype} on cpu"
+            if dtype == torch.bfloat16 and op_name in TIES:
+                continue  # bfloat16 inputs have many ties, and tied indices may come in any order
+            assert torch.equal(a, b.detach()), f"{op_name}: integer result differs"
         else:
             torch.testing.assert_close(a, b.detach(), equal_nan=True, **TOL.get(dtype, TOL[torch.float32]))
 
