@@ -101,3 +101,37 @@ def test_long_loop_does_not_grow(mode):
         rss1, dev1 = _rss_mib(), torch.tpu.memory_allocated()
     assert dev1 <= dev0, f"device bytes grew from {dev0} to {dev1}"
     assert rss1 - rss0 < 32, f"host RSS grew by {rss1 - rss0:.1f} MiB over 1000 steps"
+
+
+OPTIMIZERS = {
+    "adamw-foreach": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, foreach=True)),
+    "adamw-fused": (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1, fused=True)),
+    "adam-single": (torch.optim.Adam, dict(lr=1e-2, amsgrad=True, foreach=False)),
+    "adam-fused": (torch.optim.Adam, dict(lr=1e-2, amsgrad=True, fused=True)),
+    "sgd-foreach": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, foreach=True)),
+    "sgd-fused": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, fused=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_optimizer_forms_match_cpu(name):
+    """torch.optim's foreach, single-tensor and fused forms update tpu
+    parameters as the CPU's single-tensor form (the specification) does."""
+    cls, kwargs = OPTIMIZERS[name]
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(64, 16), torch.randn(64, 4)
+    params = {}
+    for device in ("cpu", "tpu"):
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+        model.load_state_dict(ref.state_dict())
+        model.to(device)
+        kw = kwargs if device == "tpu" else {**kwargs, "foreach": False, "fused": None}
+        opt = cls(model.parameters(), **kw)
+        for _ in range(5):
+            opt.zero_grad()
+            ((model(x.to(device)) - y.to(device)) ** 2).mean().backward()
+            opt.step()
+        params[device] = [p.detach().cpu() for p in model.parameters()]
+    for a, b in zip(params["tpu"], params["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
