@@ -73,32 +73,25 @@ def test_long_loop_does_not_grow(mode):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(32, 64, device="tpu"), torch.randn(32, 8, device="tpu")
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = ((model(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss
+    def steps(n: int) -> tuple[float, int]:
+        """n steps reading the loss every 100 (in fused mode the flush
+        points decide the programs, so warm-up and measurement match);
+        then the host RSS and device bytes."""
+        for i in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            if i % 100 == 0:
+                loss.item()
+        del loss
+        torch.tpu.synchronize()
+        gc.collect()
+        return _rss_mib(), torch.tpu.memory_allocated()
 
     with torch.tpu.set_eager_mode(mode):
-        # Warm-up with the measured loop's own pattern: in fused mode the
-        # flush points (host reads, the graph-size limit) decide the programs.
-        for i in range(300):
-            loss = step()
-            if i % 100 == 0:
-                loss.item()
-        del loss
-        torch.tpu.synchronize()
-        gc.collect()
-        rss0, dev0 = _rss_mib(), torch.tpu.memory_allocated()
-        for i in range(1000):
-            loss = step()
-            if i % 100 == 0:
-                loss.item()
-        del loss
-        torch.tpu.synchronize()
-        gc.collect()
-        rss1, dev1 = _rss_mib(), torch.tpu.memory_allocated()
+        rss0, dev0 = steps(300)
+        rss1, dev1 = steps(1000)
     assert dev1 <= dev0, f"device bytes grew from {dev0} to {dev1}"
     assert rss1 - rss0 < 32, f"host RSS grew by {rss1 - rss0:.1f} MiB over 1000 steps"
 
