@@ -84,23 +84,51 @@ def test_unsupported_op_is_a_clear_error():
 
 
 def test_cpu_fallback_warns_once_and_counts():
-    x = torch.tensor([0.0, 1.0, 0.0, 2.0])
-    before = torch.tpu.fallback_stats().get("aten::nonzero", 0)
+    x = torch.tensor([0.5, 1.5, 0.2, 2.5, 2.7])
+    want = torch.histc(x, bins=3, min=0, max=3)
+    op = "aten::histc"
+    before = torch.tpu.fallback_stats().get(op, 0)
     torch.tpu.enable_cpu_fallback = True
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            a = torch.nonzero(x.to("tpu"))
-            b = torch.nonzero(x.to("tpu"))
+            a = torch.histc(x.to("tpu"), bins=3, min=0, max=3)
+            b = torch.histc(x.to("tpu"), bins=3, min=0, max=3)
         assert a.device.type == "tpu"
-        assert torch.equal(a.cpu(), torch.nonzero(x)) and torch.equal(b.cpu(), torch.nonzero(x))
-        msgs = [str(w.message) for w in caught if "aten::nonzero" in str(w.message)]
-        assert len(msgs) <= 1 and (before > 0 or len(msgs) == 1)
-        assert torch.tpu.fallback_stats()["aten::nonzero"] == before + 2
+        assert torch.equal(a.cpu(), want) and torch.equal(b.cpu(), want)
+        msgs = [str(w.message) for w in caught if op in str(w.message)]
+        assert len(msgs) == (0 if before else 1), msgs
+        assert torch.tpu.fallback_stats()[op] == before + 2
     finally:
         torch.tpu.enable_cpu_fallback = False
-    with pytest.raises(NotImplementedError, match="aten::nonzero"):
-        torch.nonzero(x.to("tpu"))
+    with pytest.raises(NotImplementedError, match=f"operator {op} is not implemented for TPU"):
+        torch.histc(x.to("tpu"), bins=3, min=0, max=3)
+
+
+def test_data_dependent_shapes_sync_and_work(eager_mode):
+    x = torch.tensor([[0.0, 1.5, -2.0], [3.0, 0.0, 0.5]])
+    t = x.to("tpu")
+    assert torch.equal(torch.nonzero(t).cpu(), torch.nonzero(x))
+    torch.testing.assert_close(t[t > 0.7].cpu(), x[x > 0.7])
+    torch.testing.assert_close(t.masked_select(t < 0).cpu(), x.masked_select(x < 0))
+    t[t < 1] = 7.0
+    x[x < 1] = 7.0
+    torch.testing.assert_close(t.cpu(), x)
+
+
+def test_printing_and_serialization(tmp_path):
+    x = torch.tensor([[1.0, -2.5], [float("inf"), 0.0]])
+    assert repr(x.to("tpu")) == repr(x)[:-1] + ", device='tpu:0')"
+    model = torch.nn.Linear(3, 2).to("tpu")
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt")
+    assert loaded["weight"].device.type == "tpu"
+    assert torch.equal(loaded["weight"].cpu(), model.weight.detach().cpu())
+    on_cpu = torch.load(tmp_path / "m.pt", map_location="cpu")
+    assert torch.equal(on_cpu["bias"], model.bias.detach().cpu())
+    # Reinterpreting a storage's bytes, as Tensor.view(dtype) does.
+    f = torch.tensor([1.0, -2.0, 0.5])
+    assert torch.equal(f.to("tpu").view(torch.int32).cpu(), f.view(torch.int32))
 
 
 def test_rng_is_seeded_and_restorable():

@@ -118,9 +118,15 @@ torchtpu::Tensor handle_of(const at::Tensor& t) {
       s->base = torchtpu::call1(runtime(), "aten::full", std::vector<int64_t>{numel}, torchtpu::Scalar(0), dtype,
                                 std::nullopt, static_cast<int64_t>(s->device));
     } else if (s->base.dtype() != dtype) {
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "a tpu storage holding ", torchtpu::dtype_name(s->base.dtype()),
-                                  " cannot be read as ", t.scalar_type(),
-                                  " (Tensor.view(dtype) reinterpreting tpu memory is not supported)");
+      // The storage is read as another dtype (serialization reads and
+      // writes storages as bytes; Tensor.view(dtype)). Runtime storages are
+      // typed, so its bytes are retyped through the host: correct, but a
+      // transfer each time the dtype a storage is read with changes.
+      TORCH_CHECK(s->nbytes % t.element_size() == 0, "a tpu storage of ", s->nbytes, " bytes cannot be read as ",
+                  t.scalar_type());
+      const std::vector<uint8_t> bytes = s->base.to_bytes();
+      const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
+      s->base = torchtpu::Tensor::from_bytes(runtime(), bytes.data(), bytes.size(), dtype, {numel}, s->device);
     }
     return s->base.view(t.sizes().vec(), t.strides().vec(), t.storage_offset());
   } catch (const torchtpu::Error& e) {

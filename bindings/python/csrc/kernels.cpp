@@ -280,6 +280,37 @@ void run_functional(const c10::FunctionSchema& schema, const c10::OperatorHandle
   }
 }
 
+// Boolean (and uint8) masks among `Tensor?[]` indices become the long
+// indices of their nonzero elements, as PyTorch's own indexing does: device
+// programs cannot have the data-dependent shapes masks give.
+void expand_masks(std::vector<c10::IValue>& args) {
+  for (c10::IValue& v : args) {
+    if (!v.isList()) continue;
+    bool any = false;
+    for (const c10::IValue& e : v.toListRef()) {
+      any = any || (e.isTensor() && e.toTensor().defined() &&
+                    (e.toTensor().scalar_type() == at::kBool || e.toTensor().scalar_type() == at::kByte));
+    }
+    if (!any) continue;
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& e : v.toListRef()) {
+      const at::Tensor t = e.isTensor() ? e.toTensor() : at::Tensor();
+      if (t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
+        const at::Tensor nz = at::nonzero(t);
+        for (int64_t j = 0; j < t.dim(); ++j) out.push_back(nz.select(1, j));
+      } else {
+        out.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+      }
+    }
+    v = c10::IValue(out);
+  }
+}
+
+bool takes_masks(const std::string& name) {
+  return name == "aten::index.Tensor" || name == "aten::index_put" || name == "aten::index_put_" ||
+         name == "aten::_index_put_impl_";
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string name = full_name(schema);
@@ -287,6 +318,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (ttpu_op_exists(name.c_str())) {
     std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
+    if (takes_masks(name)) expand_masks(args);
     Call call{name};
     std::vector<torchtpu::Tensor> results = call.run(schema.arguments(), args);
     push_returns(schema, args, call, std::move(results), stack);
@@ -421,6 +453,19 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
+// nonzero's result shape depends on the data: read the count (a host sync,
+// as on CUDA), then run the runtime's static-shape form.
+at::Tensor nonzero(const at::Tensor& self) {
+  const int64_t count = self.ne(0).sum().item<int64_t>();
+  return at::nonzero_static(self, count, -1);
+}
+
+at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+  const std::vector<at::Tensor> b = at::broadcast_tensors({self, mask});
+  return at::index(b[0], c10::List<std::optional<at::Tensor>>({b[1]}));
+}
+
 at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                                c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().is_privateuseone(), "set_: expected a tpu storage, got one on ", source.device());
@@ -457,6 +502,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", set_source_storage);
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Tensor", set_tensor);
+  m.impl("nonzero", nonzero);
+  m.impl("masked_select", masked_select);
 }
 
 namespace {
@@ -472,7 +519,8 @@ const bool runtime_ops_registered = [] {
                                         __LINE__);
   static const std::set<std::string> explicit_ops = {
       "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "unfold", "copy_",
-      "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy"};
+      "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy", "nonzero",
+      "masked_select"};
   const size_t n = ttpu_op_count();
   for (size_t i = 0; i < n; ++i) {
     const char* full = nullptr;

@@ -21,4 +21,21 @@ def register() -> None:
     torch._register_device_module("tpu", tpu)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    _print_from_host()
     _registered = True
+
+
+def _print_from_host() -> None:
+    """Prints tpu tensors from a CPU copy, as PyTorch does for XLA: the
+    formatter's many small ops (and data-dependent masks) would each become
+    a device program."""
+    import torch._tensor_str as ts
+
+    format_tensor = ts._tensor_str
+
+    def _tensor_str(self, indent):
+        if self.device.type == "tpu":
+            self = self.to("cpu")
+        return format_tensor(self, indent)
+
+    ts._tensor_str = _tensor_str

@@ -1,5 +1,6 @@
 //! Sorting: `sort`, `topk`, as one `stablehlo.sort` of the values together
-//! with an iota of their indices. NaN sorts above every number (last when
+//! with an iota of their indices; and `nonzero_static`, a stable sort that
+//! moves the nonzero positions first. NaN sorts above every number (last when
 //! ascending, first when descending) and equal values keep their order, as
 //! in PyTorch's CPU kernels.
 
@@ -30,6 +31,61 @@ pub fn register(r: &mut Registry) {
             Ok(vec![v, i])
         },
     );
+    // `nonzero` itself has a data-dependent shape; a frontend reads the
+    // count and calls this with it (as PyTorch's own nonzero syncs on CUDA).
+    r.op("aten::nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor", |cx, a| {
+        Ok(vec![nonzero_static(cx, a.tensor(0)?, a.int(1)?, a.int(2)?)?])
+    });
+}
+
+/// The int64 coordinates `[size, rank]` of the first `size` nonzero
+/// elements of `x` in row-major order; rows past the count hold `fill`.
+fn nonzero_static(cx: &mut Cx, x: V, size: i64, fill: i64) -> Result<V> {
+    if size < 0 {
+        bail_op!(&*cx.op, "nonzero_static: 'size' must be an non-negative integer, got {size}");
+    }
+    let dims = cx.dims(x);
+    let n = shape::numel(&dims);
+    let rank = dims.len();
+    let i64s = |len: i64| Ty::new(Elem::I64, &[len]);
+    let flat = cx.f.reshape(x, &[n]);
+    let nonzero = cx.f.convert(flat, Elem::Pred);
+    // A stable sort on "is zero" moves the nonzero positions first, in order.
+    let zero_key = cx.f.not(nonzero);
+    let key = cx.f.convert(zero_key, Elem::U8);
+    let positions = cx.f.iota(&i64s(n), 0);
+    let sorted = cx.f.sort(&[key, positions], 0, true, |f, s| f.compare(Cmp::Lt, s[0], s[1]))[1];
+    let fill_v = cx.f.splat_int(&Ty::scalar(Elem::I64), fill);
+    let first = if size <= n {
+        cx.f.slice(sorted, &[0], &[size], &[1])
+    } else {
+        cx.f.pad(sorted, fill_v, &[0], &[size - n], &[0])
+    };
+    let ones = cx.f.convert(nonzero, Elem::I64);
+    let zero = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
+    let count = cx.f.reduce(ones, zero, &[0], crate::hlo::Reducer::Add);
+    let rows = cx.f.iota(&i64s(size), 0);
+    let count_b = cx.f.broadcast_to(count, &[size]);
+    let valid = cx.f.compare(Cmp::Lt, rows, count_b);
+    // Unravel each flat position into its coordinates.
+    let mut coords = Vec::with_capacity(rank);
+    let mut stride = 1i64;
+    for d in (0..rank).rev() {
+        let s = cx.f.splat_int(&i64s(size), stride);
+        let m = cx.f.splat_int(&i64s(size), dims[d].max(1));
+        let q = cx.f.div(first, s);
+        let c = cx.f.binary("stablehlo.remainder", q, m);
+        coords.push(cx.f.reshape(c, &[size, 1]));
+        stride *= dims[d].max(1);
+    }
+    coords.reverse();
+    if coords.is_empty() {
+        return Ok(cx.f.splat_int(&Ty::new(Elem::I64, &[size, 0]), 0));
+    }
+    let all = cx.f.concatenate(&coords, 1);
+    let valid2 = cx.f.broadcast_in_dim(valid, &[0], &[size, rank as i64]);
+    let fill2 = cx.f.splat_int(&Ty::new(Elem::I64, &[size, rank as i64]), fill);
+    Ok(cx.f.select(valid2, all, fill2))
 }
 
 /// Whether `a` goes before `b` (rank-0 values of one type).
