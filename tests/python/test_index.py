@@ -467,3 +467,17 @@ def test_select_scatter_errors(rt):
     # A 1-d self selects a 0-dim slice.
     v = torch.arange(5.0)
     check(call(rt, "aten::select_scatter", v, torch.tensor(9.0), 0, 2), torch.select_scatter(v, torch.tensor(9.0), 0, 2))
+
+
+# ------------------------------------------------------------ nonzero_static
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 2), ()])
+@pytest.mark.parametrize("size_delta", [-2, 0, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
+def test_nonzero_static(rt, shape, size_delta, dtype):
+    g = torch.Generator().manual_seed(len(shape) * 10 + size_delta)
+    x = (torch.randint(0, 3, shape, generator=g) - 1).to(dtype)
+    size = max(0, int(torch.count_nonzero(x)) + size_delta)
+    want = torch.nonzero_static(x, size=size, fill_value=-1)
+    check(call(rt, "aten::nonzero_static", x, size, -1), want)
