@@ -350,3 +350,11 @@ def test_group_norm(rt, shape, group, affine, dtype):
     want = A.native_group_norm_backward(g, x, mean, rstd, w, n, c, hw, group, mask)
     got = call(rt, "aten::native_group_norm_backward", g, x, mean, rstd, w, n, c, hw, group, mask)
     check_all(got, want, **tol_for(dtype, 1e-4))
+
+
+@pytest.mark.parametrize("cfg", [([3], [], [0], False, True), ([3], [2], [1], False, True), ([3], [2], [1], True, False),
+                                 ([4], [3], [2], True, True)])
+@pytest.mark.parametrize("shape", [(2, 3, 11), (3, 9)])
+def test_avg_pool1d(rt, cfg, shape):
+    x = sample(shape)
+    check(call(rt, "aten::avg_pool1d", x, *cfg), A.avg_pool1d(x, *cfg), atol=1e-6, rtol=1e-5)
