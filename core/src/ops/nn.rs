@@ -1,8 +1,9 @@
 //! Neural-network ops: softmax / log_softmax, layer norm, convolution
 //! (regular and transposed), max / average pooling, dropout, NLL and MSE loss,
 //! embedding, extra activations and the backward kernels of the common
-//! activations. Half-precision inputs compute in f32 and round once, as
-//! PyTorch's CPU kernels do.
+//! activations. The backward kernels of the layers (and adaptive pooling)
+//! are in [`grad`], batch and group norm in [`norm`]. Half-precision inputs
+//! compute in f32 and round once, as PyTorch's CPU kernels do.
 
 use crate::bail_op;
 use crate::dtype::DType;
@@ -626,6 +627,37 @@ fn register_pooling(r: &mut Registry) {
             let x = a.tensor(0)?;
             let (k, s, p) = (a.ints(1)?.to_vec(), a.ints(2)?.to_vec(), a.ints(3)?.to_vec());
             Ok(vec![avg_pool2d(cx, x, &k, &s, &p, a.bool(4)?, a.bool(5)?, a.opt_int(6))?])
+        },
+    );
+    r.op(
+        "aten::avg_pool1d(Tensor self, int[1] kernel_size, int[1] stride=[], int[1] padding=0, bool ceil_mode=False, \
+         bool count_include_pad=True) -> Tensor",
+        |cx, a| {
+            // A 2-d pooling over a height of one, as PyTorch composes it.
+            let x = a.tensor(0)?;
+            let dims = cx.dims(x);
+            let one = |cx: &Cx, name: &str, v: &[i64]| -> Result<Vec<i64>> {
+                match v {
+                    [] => Ok(vec![]),
+                    [k] => Ok(vec![1, *k]),
+                    _ => bail_op!(&*cx.op, "{name} must be a single int, but got {}", fmt(v)),
+                }
+            };
+            let k = one(cx, "kernel_size", a.ints(1)?)?;
+            let s = one(cx, "stride", a.ints(2)?)?;
+            let mut p = one(cx, "padding", a.ints(3)?)?;
+            p[0] = 0;
+            if !(dims.len() == 2 || dims.len() == 3) {
+                bail_op!(&*cx.op, "Expected 2D or 3D (batch mode) tensor for input, but got: {}", fmt(&dims));
+            }
+            let mut d4 = dims[..dims.len() - 1].to_vec();
+            d4.push(1);
+            d4.push(dims[dims.len() - 1]);
+            let x4 = cx.f.reshape(x, &d4);
+            let y = avg_pool2d(cx, x4, &k, &s, &p, a.bool(4)?, a.bool(5)?, None)?;
+            let mut yd = cx.dims(y);
+            yd.remove(yd.len() - 2);
+            Ok(vec![cx.f.reshape(y, &yd)])
         },
     );
 }
