@@ -94,6 +94,11 @@ struct Call {
       for (const c10::SymInt& s : v.toSymIntVector()) ints.push_back(s.guard_int(__FILE__, __LINE__));
       return Arg(ints);
     }
+    if (v.isBoolList()) {  // bool[N] (output_mask): the runtime binds it as 0/1 ints
+      std::vector<int64_t> ints;
+      for (bool b : v.toBoolList()) ints.push_back(b ? 1 : 0);
+      return Arg(ints);
+    }
     if (v.isDoubleList()) {
       TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' (a float list) is not supported on TPU");
     }

@@ -208,7 +208,11 @@ fn batch_norm_backward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
         bail_op!(&*cx.op, "grad_out of size {} does not match input of size {}", fmt(&cx.dims(g)), fmt(&dims));
     }
     let c = dims[1];
-    check_channels(cx, c, &[(w, "weight"), (rm, "running_mean"), (rv, "running_var"), (sm, "save_mean"), (si, "save_invstd")])?;
+    check_channels(cx, c, &[(w, "weight"), (rm, "running_mean"), (rv, "running_var")])?;
+    if train {
+        // Evaluation mode saves nothing: PyTorch passes empty save_* tensors.
+        check_channels(cx, c, &[(sm, "save_mean"), (si, "save_invstd")])?;
+    }
     let d = require_float(cx, x, "batch_norm_backward")?;
     let od = d.opmath();
     let (mean, invstd) = if train {
