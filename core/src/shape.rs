@@ -75,6 +75,21 @@ pub fn fmt(sizes: &[i64]) -> String {
 }
 
 /// Wraps a possibly negative `dim` for a tensor of rank `rank`.
+/// The bounds of `slice(start, end)` over a dimension of size `n`, clamped
+/// like PyTorch: negative bounds count from the end, then both are clamped
+/// into `[0, n]` with `end >= start`.
+pub fn clamp_slice(n: i64, start: Option<i64>, end: Option<i64>) -> (i64, i64) {
+    let (mut start, mut end) = (start.unwrap_or(0), end.unwrap_or(i64::MAX));
+    if start < 0 {
+        start += n;
+    }
+    if end < 0 {
+        end += n;
+    }
+    let start = start.clamp(0, n);
+    (start, end.clamp(start, n.max(start)))
+}
+
 pub fn wrap_dim(op: &str, dim: i64, rank: usize) -> Result<usize> {
     // PyTorch treats a 0-dim tensor as having one dim for dim wrapping.
     let r = rank.max(1) as i64;

@@ -665,16 +665,7 @@ fn slice_scatter(cx: &mut Cx, x: V, src: V, dim: i64, start: Option<i64>, end: O
         bail_op!(&*cx.op, "slice step must be positive, got {step}");
     }
     // The bounds clamp as `slice` clamps them.
-    let n = xd[d];
-    let (mut start, mut end) = (start.unwrap_or(0), end.unwrap_or(i64::MAX));
-    if start < 0 {
-        start += n;
-    }
-    if end < 0 {
-        end += n;
-    }
-    start = start.clamp(0, n);
-    end = end.clamp(start, n.max(start));
+    let (start, end) = shape::clamp_slice(xd[d], start, end);
     let mut want = xd.clone();
     want[d] = (end - start + step - 1) / step;
     check_src_shape(cx, src, &want, "slice")?;

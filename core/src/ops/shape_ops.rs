@@ -360,19 +360,7 @@ fn slice(op: &str, g: &Geom, args: &[Value]) -> Result<Vec<Geom>> {
     if step <= 0 {
         bail_op!(op, "slice step must be positive, got {step}");
     }
-    let n = g.sizes[d];
-    // Clamp like PyTorch: negative bounds count from the end, then both are
-    // clamped into [0, n] with end >= start.
-    let mut start = arg_opt_int(args, 2).unwrap_or(0);
-    let mut end = arg_opt_int(args, 3).unwrap_or(i64::MAX);
-    if start < 0 {
-        start += n;
-    }
-    if end < 0 {
-        end += n;
-    }
-    start = start.clamp(0, n);
-    end = end.clamp(start, n.max(start));
+    let (start, end) = shape::clamp_slice(g.sizes[d], arg_opt_int(args, 2), arg_opt_int(args, 3));
     let mut out = g.clone();
     out.offset += start * g.strides[d];
     out.sizes[d] = (end - start + step - 1) / step;
