@@ -61,6 +61,19 @@ fn lowest(f: &mut Func, elem: Elem) -> V {
     }
 }
 
+/// Embedding indices must be int64 or int32 (PyTorch's message).
+pub(super) fn check_indices(cx: &Cx, idx: V) -> Result<()> {
+    let it = cx.dtype(idx);
+    if !matches!(it, DType::I64 | DType::I32) {
+        bail_op!(
+            &*cx.op,
+            "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; \
+             but got {it} instead"
+        );
+    }
+    Ok(())
+}
+
 /// Requires a floating-point tensor, with PyTorch's "not implemented for" message.
 fn require_float(cx: &Cx, x: V, what: &str) -> Result<DType> {
     let d = cx.dtype(x);
@@ -1033,14 +1046,7 @@ fn register_embedding(r: &mut Registry) {
             if wd.len() != 2 {
                 bail_op!(&*cx.op, "'weight' must be 2-D, but got weight of size {}", fmt(&wd));
             }
-            let it = cx.dtype(idx);
-            if !matches!(it, DType::I64 | DType::I32) {
-                bail_op!(
-                    &*cx.op,
-                    "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; \
-                     but got {it} instead"
-                );
-            }
+            check_indices(cx, idx)?;
             // padding_idx and the flags only affect the gradient.
             let n = shape::numel(&id);
             let flat = cx.f.reshape(idx, &[n, 1]);

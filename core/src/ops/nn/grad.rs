@@ -4,7 +4,6 @@
 //! products with the same averaging matrices).
 
 use crate::bail_op;
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::common::up;
@@ -242,14 +241,7 @@ fn register_embedding(r: &mut Registry) {
             let (g, idx) = (a.tensor(0)?, a.tensor(1)?);
             let (num, padding_idx, scale) = (a.int(2)?, a.int(3)?, a.bool(4)?);
             let (gd, id) = (cx.dims(g), cx.dims(idx));
-            let it = cx.dtype(idx);
-            if !matches!(it, DType::I64 | DType::I32) {
-                bail_op!(
-                    &*cx.op,
-                    "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; \
-                     but got {it} instead"
-                );
-            }
+            super::check_indices(cx, idx)?;
             let n = shape::numel(&id);
             if gd.len() != id.len() + 1 || gd[..id.len()] != id[..] {
                 bail_op!(&*cx.op, "grad_output of size {} does not match indices of size {}", fmt(&gd), fmt(&id));
