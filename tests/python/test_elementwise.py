@@ -222,6 +222,8 @@ def test_clamp(rt, dtype):
     check(call(rt, "aten::clamp_min", x, 0), torch.clamp_min(x, 0))
     lo, hi = _make(dtype, (5,)), _make(dtype, (4, 1)) + 3
     check(call(rt, "aten::clamp.Tensor", x, lo, hi), torch.clamp(x, lo, hi))
+    check(call(rt, "aten::clamp_min.Tensor", x, lo), torch.clamp_min(x, lo))
+    check(call(rt, "aten::clamp_max.Tensor", x, hi), torch.clamp_max(x, hi))
     with pytest.raises(torchtpu.InvalidArgumentError, match="At least one"):
         call(rt, "aten::clamp", x)
 

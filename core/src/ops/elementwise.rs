@@ -473,6 +473,12 @@ fn register_binary(r: &mut Registry) {
     r.op_and_inplace("aten::clamp_min(Tensor self, Scalar min) -> Tensor", |cx, a| {
         clamp(cx, Ew::arg(a, 0)?, Ew::opt_arg(a, 1), None)
     });
+    r.op_and_inplace("aten::clamp_min.Tensor(Tensor self, Tensor min) -> Tensor", |cx, a| {
+        clamp(cx, Ew::arg(a, 0)?, Ew::opt_arg(a, 1), None)
+    });
+    r.op_and_inplace("aten::clamp_max.Tensor(Tensor self, Tensor max) -> Tensor", |cx, a| {
+        clamp(cx, Ew::arg(a, 0)?, None, Ew::opt_arg(a, 1))
+    });
     r.op_and_inplace("aten::clamp_max(Tensor self, Scalar max) -> Tensor", |cx, a| {
         clamp(cx, Ew::arg(a, 0)?, None, Ew::opt_arg(a, 1))
     });
