@@ -88,6 +88,21 @@ int main(void) {
     CHECK_CODE(ttpu_runtime_memory(rt, 0, &live, NULL), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_OK(ttpu_runtime_synchronize(rt));
     CHECK_OK(ttpu_runtime_manual_seed(rt, 42));
+    CHECK_OK(ttpu_runtime_reset_peak_memory(rt, 0));
+    CHECK_OK(ttpu_runtime_memory(rt, 0, &live, &peak));
+    CHECK(peak == live);
+    CHECK_CODE(ttpu_runtime_reset_peak_memory(rt, 99), TTPU_CODE_OUT_OF_RANGE);
+
+    /* Generator state: seeding resets the draw count; a restored state
+     * repeats the draws that followed it. */
+    uint64_t seed = 0, calls = 7;
+    CHECK_OK(ttpu_runtime_rng_state(rt, 0, &seed, &calls));
+    CHECK(seed == 42 && calls == 0);
+    CHECK_OK(ttpu_runtime_set_rng_state(rt, 0, 5, 3));
+    CHECK_OK(ttpu_runtime_rng_state(rt, 0, &seed, &calls));
+    CHECK(seed == 5 && calls == 3);
+    CHECK_CODE(ttpu_runtime_rng_state(rt, 0, &seed, NULL), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_runtime_set_rng_state(rt, -1, 1, 0), TTPU_CODE_OUT_OF_RANGE);
     CHECK_OK(ttpu_runtime_clear_cache(rt));
 
     /* NULL runtimes. */

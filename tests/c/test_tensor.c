@@ -100,6 +100,35 @@ int main(void) {
     CHECK_CODE_MSG(ttpu_tensor_to_host(rt, (const ttpu_tensor_t *)rt, fb, sizeof fb), TTPU_CODE_INVALID_ARGUMENT,
                    "not a live ttpu_tensor_t");
 
+    /* A view of the storage: the transposed 3x2 of tf, and a write through
+     * a strided view that the base sees. */
+    const int64_t s32[2] = {3, 2}, t32[2] = {1, 3};
+    ttpu_tensor_t *tv = NULL;
+    CHECK_OK(ttpu_tensor_view(tf, s32, t32, 2, 0, &tv));
+    CHECK(ttpu_tensor_same_storage(tf, tv) && ttpu_tensor_offset(tv) == 0);
+    float tb6[6];
+    CHECK_OK(ttpu_tensor_to_host(rt, tv, tb6, sizeof tb6));
+    CHECK(tb6[0] == f[0] && tb6[1] == f[3] && tb6[2] == f[1] && tb6[5] == f[5]);
+    const int64_t s2[1] = {2}, st3[1] = {3};
+    ttpu_tensor_t *col = NULL;  /* column 1: elements 1 and 4 */
+    CHECK_OK(ttpu_tensor_view(tf, s2, st3, 1, 1, &col));
+    ttpu_value_t zargs[1] = {test_tensor_arg(col)};
+    ttpu_value_t zout[1];
+    size_t nz = 0;
+    CHECK_OK(ttpu_op_call(rt, "aten::zero_", zargs, 1, zout, 1, &nz));
+    ttpu_tensor_destroy((ttpu_tensor_t *)zout[0].ptr);
+    CHECK_OK(ttpu_tensor_to_host(rt, tf, fb, sizeof fb));
+    CHECK(fb[0] == f[0] && fb[1] == 0.0f && fb[4] == 0.0f && fb[5] == f[5]);
+    ttpu_tensor_t *outside = NULL;
+    CHECK_CODE_MSG(ttpu_tensor_view(tf, s2, st3, 1, 4, &outside), TTPU_CODE_INVALID_ARGUMENT, "out of bounds");
+    CHECK(outside == NULL);
+    CHECK_CODE(ttpu_tensor_view(tf, s2, NULL, 1, 0, &outside), TTPU_CODE_INVALID_ARGUMENT);
+    ttpu_tensor_destroy(col);
+    ttpu_tensor_destroy(tv);
+    float fz[6];  /* tf from here on: elements 1 and 4 are zero */
+    memcpy(fz, f, sizeof f);
+    fz[1] = fz[4] = 0.0f;
+
     /* Retain: a second handle to the same storage outlives the first. */
     ttpu_tensor_t *tf2 = NULL;
     CHECK_OK(ttpu_tensor_retain(tf, &tf2));
@@ -124,7 +153,7 @@ int main(void) {
     ttpu_tensor_destroy(tf);
     ttpu_tensor_destroy(tf);
     CHECK_OK(ttpu_tensor_to_host(rt, tf2, fb, sizeof fb));
-    CHECK(memcmp(f, fb, sizeof f) == 0);
+    CHECK(memcmp(fz, fb, sizeof fz) == 0);
 
     ttpu_tensor_destroy(tf2);
     ttpu_tensor_destroy(tl);

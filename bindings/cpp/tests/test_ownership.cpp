@@ -50,6 +50,21 @@ int main() {
     check::eq(r.to_host<int32_t>(), std::vector<int32_t>({4, 5}), "retained handle outlives the released one");
   });
 
+  check::run("views share the storage; rng state round trip", [&] {
+    torchtpu::Tensor a = rt.from_host(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+    torchtpu::Tensor t = a.view({3, 2}, {1, 3}, 0);
+    check::ok(t.same_storage(a) && t.storage_numel() == 6, "view: same storage");
+    check::eq(t.to_host<float>(), std::vector<float>({1, 4, 2, 5, 3, 6}), "transposed view");
+    torchtpu::Tensor row = a.view({3}, {1}, 3);
+    (void)torchtpu::call(rt, "aten::mul_.Scalar", row, torchtpu::Scalar(10.0));
+    check::eq(a.to_host<float>(), std::vector<float>({1, 2, 3, 40, 50, 60}), "write through a view");
+    check::throws(TTPU_CODE_INVALID_ARGUMENT, [&] { (void)a.view({4}, {1}, 3); }, "view past the storage");
+    rt.set_rng_state(0, 9, 2);
+    check::ok(rt.rng_state(0) == std::pair<uint64_t, uint64_t>(9, 2), "rng state round trip");
+    rt.reset_peak_memory(0);
+    check::ok(rt.memory(0).second == rt.memory(0).first, "peak reset to live bytes");
+  });
+
   check::run("vector of tensors (moves on growth)", [&] {
     std::vector<torchtpu::Tensor> ts;
     for (int i = 0; i < 20; ++i) ts.push_back(rt.from_host(std::vector<int64_t>{i}, {1}));
