@@ -8,8 +8,9 @@ implemented when
   functional op and writes the result into `out`), or
 - the PyTorch extension implements it itself (memory and metadata: empty,
   views, copies across devices, resize, item), or
-- PyTorch serves every device with a CompositeExplicitAutograd kernel that
-  needs no backend kernel of its own (metadata queries like `sym_size`).
+- PyTorch serves every device with a kernel that needs no backend kernel of
+  its own: metadata queries like `sym_size`, or a CompositeImplicitAutograd
+  decomposition into other ops (`upsample_nearest2d.vec`).
 
     .venv/bin/python bindings/python/tools/op_coverage.py [--missing]
 """
@@ -60,6 +61,8 @@ def classify(op: str, native: set[str]) -> str:
         return "extension"
     if op in METADATA:
         return "metadata"
+    if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "CompositeImplicitAutograd"):
+        return "composite"  # PyTorch decomposes it into other ops on every device
     return "missing"
 
 
@@ -75,7 +78,7 @@ def main() -> None:
     done = len(ops) - len(kinds.get("missing", []))
     print(f"Core ATen opset on tpu (torch {torch.__version__}): {done} / {len(ops)} implemented "
           f"({100 * done / len(ops):.1f}%)")
-    for k in ("runtime", "out=", "extension", "metadata", "missing"):
+    for k in ("runtime", "out=", "extension", "metadata", "composite", "missing"):
         print(f"  {k:10s} {len(kinds.get(k, [])):4d}")
     print(f"runtime op registry: {len(native)} ops in all")
     if args.missing and kinds.get("missing"):
