@@ -564,3 +564,11 @@ def test_mse_loss_broadcast_promotion_and_errors(rt):
         call(rt, "aten::mse_loss", torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.int64), 1)
     with pytest.raises(torchtpu.InvalidArgumentError, match="reduction"):
         call(rt, "aten::mse_loss", x, x, 5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_dropout_backward(rt, dtype):
+    g = torch.randn(4, 6, generator=torch.Generator().manual_seed(1)).to(dtype)
+    mask = torch.rand(4, 6, generator=torch.Generator().manual_seed(2)) > 0.3
+    want = torch.ops.aten.native_dropout_backward(g, mask, 1 / 0.7)
+    check(call(rt, "aten::native_dropout_backward", g, mask, 1 / 0.7), want, **tol_for(dtype))

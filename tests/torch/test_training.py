@@ -128,3 +128,30 @@ def test_optimizer_forms_match_cpu(name):
         params[device] = [p.detach().cpu() for p in model.parameters()]
     for a, b in zip(params["tpu"], params["cpu"]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm_and_dropout_layers():
+    """BatchNorm2d (training updates the running statistics, evaluation uses
+    them) matches the CPU; Dropout's gradient flows exactly where it kept."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    x = torch.randn(2, 3, 8, 8)
+    out = {}
+    for device in ("cpu", "tpu"):
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+        m.load_state_dict(ref.state_dict())
+        m.to(device)
+        for train in (True, True, False):
+            m.train(train)
+            m(x.to(device)).sum().backward()
+        y = m(x.to(device))
+        out[device] = [y, m[1].running_mean, m[1].running_var, m[1].num_batches_tracked, m[0].weight.grad]
+    for a, b in zip(out["tpu"], out["cpu"]):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-5)
+    drop = torch.nn.Dropout(0.3)
+    z = torch.ones(4000, device="tpu", requires_grad=True)
+    y = drop(z)
+    y.sum().backward()
+    kept = (y > 0).cpu()
+    assert 0.65 < kept.float().mean().item() < 0.75
+    torch.testing.assert_close(z.grad.cpu(), kept.float() / 0.7)

@@ -471,6 +471,23 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return at::index(b[0], c10::List<std::optional<at::Tensor>>({b[1]}));
 }
 
+// native_batch_norm updates its running statistics without declaring them
+// mutable; PyTorch's functional forms do declare them, and the runtime
+// implements those: the same translation PyTorch's own decomposition makes.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
+    double momentum, double eps) {
+  const bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
+  if (!stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
+  if (!training) {
+    return at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var, momentum, eps);
+  }
+  at::Tensor mean = *running_mean;
+  at::Tensor var = *running_var;
+  return at::_native_batch_norm_legit(input, weight, bias, mean, var, training, momentum, eps);
+}
+
 at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                                c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().is_privateuseone(), "set_: expected a tpu storage, got one on ", source.device());
@@ -509,6 +526,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", set_tensor);
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);
+  m.impl("native_batch_norm", native_batch_norm);
 }
 
 namespace {
@@ -525,7 +543,7 @@ const bool runtime_ops_registered = [] {
   static const std::set<std::string> explicit_ops = {
       "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "unfold", "copy_",
       "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy", "nonzero",
-      "masked_select"};
+      "masked_select", "native_batch_norm"};
   const size_t n = ttpu_op_count();
   for (size_t i = 0; i < n; ++i) {
     const char* full = nullptr;

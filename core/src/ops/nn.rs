@@ -811,6 +811,23 @@ fn register_dropout(r: &mut Registry) {
         let y = cx.f.mul(y, sv);
         Ok(vec![cx.f.convert(y, d), keep])
     });
+    // grad * mask * scale, in PyTorch's order (the mask first).
+    r.op("aten::native_dropout_backward(Tensor grad_output, Tensor mask, float scale) -> Tensor", |cx, a| {
+        let (g, mask) = (a.tensor(0)?, a.tensor(1)?);
+        let d = require_float(cx, g, "native_dropout_backward")?;
+        if cx.dtype(mask) != DType::Bool {
+            bail_op!(&*cx.op, "Mask should be Bool Scalar Type {}", cx.dtype(mask));
+        }
+        let dims = shape::broadcast(&cx.op, &cx.dims(g), &cx.dims(mask))?;
+        let gc = up(cx, g);
+        let gc = cx.f.broadcast_to(gc, &dims);
+        let m = cx.f.convert(mask, cx.ty(gc).elem);
+        let m = cx.f.broadcast_to(m, &dims);
+        let y = cx.f.mul(gc, m);
+        let sv = cx.f.full_like(y, a.float(2)?);
+        let y = cx.f.mul(y, sv);
+        Ok(vec![cx.f.convert(y, d)])
+    });
 }
 
 // --------------------------------------------------------------------- loss
