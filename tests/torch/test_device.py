@@ -190,3 +190,18 @@ def test_streams_and_events():
     assert end.query() and start.elapsed_time(end) >= 0.0
     s.synchronize()
     torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("env,want", [({"TORCHTPU_EAGER_MODE": "DEFER_AND_FUSE"}, "DEFER_AND_FUSE"),
+                                      ({"TORCHTPU_LAUNCH_BLOCKING": "1"}, "DEFER_NEVER_AND_LAUNCH_BLOCKING"),
+                                      ({}, "DEFER_NEVER")])
+def test_environment_sets_the_default_mode(env, want):
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("TORCHTPU_EAGER_MODE", "TORCHTPU_LAUNCH_BLOCKING")}
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.tpu.eager_mode.name)"],
+                         env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want
