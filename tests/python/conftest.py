@@ -106,3 +106,19 @@ def tol_for(dtype: torch.dtype, f32: float = 1e-5) -> dict:
     if dtype == torch.float64:
         return {"atol": 1e-10, "rtol": 1e-10}
     return {"atol": f32, "rtol": f32}
+
+
+def sample(shape, dtype=torch.float32, scale=1.0):
+    """Standard-normal values of `shape`, scaled, in `dtype`."""
+    return (torch.randn(shape) * scale).to(dtype)
+
+
+def raises(rt, match, name, *args):
+    """Calls op `name` expecting INVALID_ARGUMENT whose message names the op
+    and contains each of `match`."""
+    with pytest.raises(torchtpu.InvalidArgumentError) as e:
+        call(rt, name, *args)
+    msg = str(e.value)
+    assert name in msg, msg
+    for m in match if isinstance(match, (list, tuple)) else [match]:
+        assert m in msg, msg

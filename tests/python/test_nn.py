@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from conftest import FLOATS, call, check, cpu, tol_for, tpu, view
+from conftest import FLOATS, call, check, cpu, raises, sample, tol_for, tpu, view
 
 A = torch.ops.aten
 torch.manual_seed(0)
@@ -15,19 +15,6 @@ torch.manual_seed(0)
 
 def rt_has(name: str) -> bool:
     return bool(torchtpu._capi.lib.ttpu_op_exists(name.encode()))
-
-
-def sample(shape, dtype=torch.float32, scale=1.0):
-    return (torch.randn(shape) * scale).to(dtype)
-
-
-def raises(rt, match, name, *args):
-    with pytest.raises(torchtpu.InvalidArgumentError) as e:
-        call(rt, name, *args)
-    msg = str(e.value)
-    assert name in msg, msg
-    for m in match if isinstance(match, (list, tuple)) else [match]:
-        assert m in msg, msg
 
 
 # ------------------------------------------------------------------ softmax

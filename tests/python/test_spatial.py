@@ -6,23 +6,10 @@ import pytest
 import torch
 
 import torchtpu
-from conftest import call, check, tol_for
+from conftest import call, check, raises, sample, tol_for
 
 A = torch.ops.aten
 torch.manual_seed(0)
-
-
-def sample(shape, dtype=torch.float32, scale=1.0):
-    return (torch.randn(shape) * scale).to(dtype)
-
-
-def raises(rt, match, name, *args):
-    with pytest.raises(torchtpu.InvalidArgumentError) as e:
-        call(rt, name, *args)
-    msg = str(e.value)
-    assert name in msg, msg
-    for m in match if isinstance(match, (list, tuple)) else [match]:
-        assert m in msg, msg
 
 
 # ------------------------------------------------------------------ padding
