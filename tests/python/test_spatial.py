@@ -5,7 +5,6 @@ col2im, grid_sampler_2d, cdist / pdist and embedding_bag."""
 import pytest
 import torch
 
-import torchtpu
 from conftest import call, check, raises, sample, tol_for
 
 A = torch.ops.aten
