@@ -17,6 +17,7 @@ mod elementwise;
 mod index;
 mod linalg;
 mod nn;
+mod optim;
 mod reduce;
 pub mod schema;
 mod shape_ops;
@@ -305,6 +306,9 @@ pub struct OpDef {
     pub any_cast: bool,
     /// Runs even when its tensors live on different devices (copies).
     pub cross_device: bool,
+    /// `float` arguments passed as runtime scalars, like `Scalar`s: a new
+    /// value (an optimizer's learning rate) does not recompile.
+    runtime_floats: Vec<usize>,
 }
 
 impl OpDef {
@@ -314,6 +318,18 @@ impl OpDef {
     /// The name, NUL-terminated, for C callers.
     pub fn c_name(&self) -> &std::ffi::CStr {
         &self.c_name
+    }
+
+    /// Binds positional arguments to the schema ([`Schema::bind`]); the
+    /// runtime `float`s become float [`Scalar`]s.
+    pub fn bind(&self, args: &[Value]) -> Result<Vec<Value>> {
+        let mut bound = self.schema.bind(args)?;
+        for &i in &self.runtime_floats {
+            if let Value::Double(x) = bound[i] {
+                bound[i] = Value::Scalar(Scalar::Float(x));
+            }
+        }
+        Ok(bound)
     }
 }
 
@@ -339,6 +355,16 @@ impl OpEntry<'_> {
         self.0.cross_device = true;
         self
     }
+    /// Passes the named `float` arguments as runtime scalars (lowerings read
+    /// them with [`Args::scalar`]).
+    pub fn runtime_floats(self, names: &[&str]) -> Self {
+        for name in names {
+            let i = self.0.schema.args.iter().position(|a| a.name == *name && a.ty == ArgType::Float);
+            let i = i.unwrap_or_else(|| panic!("{}: no float argument {name}", self.0.schema.name));
+            self.0.runtime_floats.push(i);
+        }
+        self
+    }
     pub fn view(self, f: impl Fn(&Arc<Runtime>, &[Value]) -> Result<Option<Vec<Value>>> + Send + Sync + 'static) -> Self {
         self.0.view = Some(Arc::new(f));
         self
@@ -356,6 +382,7 @@ impl Registry {
         index::register(&mut r);
         sort::register(&mut r);
         nn::register(&mut r);
+        optim::register(&mut r);
         spatial::register(&mut r);
         copy::register(&mut r);
         r
@@ -379,7 +406,16 @@ impl Registry {
         assert!(!self.by_name.contains_key(&name), "op {name} registered twice");
         self.by_name.insert(name, self.ops.len());
         let c_name = std::ffi::CString::new(schema.name.clone()).expect("op names have no NUL");
-        self.ops.push(OpDef { schema, c_name, lower, view: None, static_scalars: false, any_cast: false, cross_device: false });
+        self.ops.push(OpDef {
+            schema,
+            c_name,
+            lower,
+            view: None,
+            static_scalars: false,
+            any_cast: false,
+            cross_device: false,
+            runtime_floats: Vec::new(),
+        });
         OpEntry(self.ops.last_mut().unwrap())
     }
 

@@ -279,6 +279,10 @@ impl Schema {
         Ok(match (&arg.ty, v) {
             (ArgType::Tensor, v @ Value::Tensor(_)) => v,
             (ArgType::TensorList, v @ Value::TensorList(_)) => v,
+            // An empty list has no element type to tell the frontend which
+            // kind of list it is (`_fused_sgd_` without momentum buffers).
+            (ArgType::TensorList, Value::IntList(xs)) if xs.is_empty() => Value::TensorList(Vec::new()),
+            (ArgType::OptTensorList, Value::IntList(xs)) if xs.is_empty() => Value::OptTensorList(Vec::new()),
             (ArgType::OptTensorList, Value::TensorList(ts)) => Value::OptTensorList(ts.into_iter().map(Some).collect()),
             (ArgType::OptTensorList, v @ Value::OptTensorList(_)) => v,
             (ArgType::Int, Value::Int(x)) => Value::Int(x),

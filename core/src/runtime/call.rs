@@ -203,8 +203,11 @@ pub(crate) fn lower_call(
         Ok(outputs.len() - 1)
     };
     let mut slot_new: Vec<Option<V>> = vec![None; slot_vals.len()];
-    let mut write = |cx: &mut Cx, arg: usize, v: V| -> Result<()> {
-        let ti = first_of_arg[arg];
+    let mut write = |cx: &mut Cx, ti: usize, v: V| -> Result<()> {
+        if cx.is_none(v) {
+            // The lowering left this mutated tensor as it was.
+            return Ok(());
+        }
         let t = &tensors[ti];
         let got = cx.dims(v);
         if got != t.sizes.as_slice() {
@@ -237,22 +240,27 @@ pub(crate) fn lower_call(
         let ids = outs.iter().map(|&v| new_output(cx, v, &mut outputs, &mut specs)).collect::<Result<_>>()?;
         returns.push(Ret::List(ids));
     } else if schema.returns.is_empty() {
-        // Ops returning nothing (`_foreach_add_`) give the new values of
+        // Ops returning nothing (`_fused_adam_`) give the new values of
         // their mutated arguments, in order.
         let mutated: Vec<usize> = (0..schema.args.len()).filter(|&i| schema.args[i].mutable).collect();
-        if outs.len() != mutated.len() {
-            return Err(Error::Internal(format!("{op}: lowering gave {} values for {} mutated arguments", outs.len(), mutated.len())));
+        let targets = mutated_tensors(args, first_of_arg, &mutated);
+        if outs.len() != targets.len() {
+            return Err(Error::Internal(format!(
+                "{op}: lowering gave {} values for {} mutated tensors",
+                outs.len(),
+                targets.len()
+            )));
         }
-        for (&arg, &v) in mutated.iter().zip(&outs) {
-            write(cx, arg, v)?;
+        for (&ti, &v) in targets.iter().zip(&outs) {
+            write(cx, ti, v)?;
         }
     } else {
         // The returns, then the new values of mutated arguments that no
         // return aliases (batch norm's running statistics).
-        let extra = schema.unreturned_mutated_args();
+        let extra = mutated_tensors(args, first_of_arg, &schema.unreturned_mutated_args());
         if outs.len() != schema.returns.len() + extra.len() {
             return Err(Error::Internal(format!(
-                "{op}: lowering gave {} values for {} returns and {} mutated arguments",
+                "{op}: lowering gave {} values for {} returns and {} mutated tensors",
                 outs.len(),
                 schema.returns.len(),
                 extra.len()
@@ -262,15 +270,15 @@ pub(crate) fn lower_call(
         for (r, &v) in ret_vals.iter().enumerate() {
             match schema.return_alias[r] {
                 Some(arg) if schema.args[arg].mutable => {
-                    write(cx, arg, v)?;
+                    write(cx, first_of_arg[arg], v)?;
                     returns.push(Ret::Alias(arg));
                 }
                 _ if cx.is_none(v) => returns.push(Ret::None),
                 _ => returns.push(Ret::Tensor(new_output(cx, v, &mut outputs, &mut specs)?)),
             }
         }
-        for (&arg, &v) in extra.iter().zip(extra_vals) {
-            write(cx, arg, v)?;
+        for (&ti, &v) in extra.iter().zip(extra_vals) {
+            write(cx, ti, v)?;
         }
     }
     for (slot, v) in slot_new.into_iter().enumerate() {
@@ -280,6 +288,23 @@ pub(crate) fn lower_call(
         }
     }
     Ok(Lowered { outputs, specs, returns })
+}
+
+/// The tensors that the mutated arguments `which` hold, in order: one for a
+/// `Tensor(a!)`, every element of a `Tensor(a!)[]`, none for an absent
+/// optional tensor. A lowering gives one new value for each.
+fn mutated_tensors(args: &[Arg], first_of_arg: &[usize], which: &[usize]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for &i in which {
+        let first = first_of_arg[i];
+        match &args[i] {
+            Arg::Tensor => out.push(first),
+            Arg::Tensors(n) => out.extend(first..first + n),
+            Arg::OptTensors(present) => out.extend(first..first + present.iter().filter(|&&p| p).count()),
+            Arg::Other(_) => {}
+        }
+    }
+    out
 }
 
 /// The arguments as the lowering sees them: tensors become the values read

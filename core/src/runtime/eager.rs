@@ -45,7 +45,7 @@ impl Runtime {
         let id = reg.lookup(name)?;
         let def = reg.get(id);
         let _span = tracing::debug_span!("op", op = def.name()).entered();
-        let bound = def.schema.bind(args)?;
+        let bound = def.bind(args)?;
         if let Some(view) = &def.view {
             if let Some(out) = view(self, &bound)? {
                 Stats::bump(&self.stats.view_ops);
@@ -122,7 +122,7 @@ impl Runtime {
     pub fn lowered_text(self: &Arc<Self>, name: &str, args: &[Value]) -> Result<String> {
         let reg = registry();
         let def = reg.get(reg.lookup(name)?);
-        let bound = def.schema.bind(args)?;
+        let bound = def.bind(args)?;
         Ok(lower_program(def, &bound, &Flat::new(&bound))?.0)
     }
 
