@@ -22,9 +22,6 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _print_from_host()
-    from . import _fused_optim
-
-    _fused_optim.register()
     _registered = True
 
 
