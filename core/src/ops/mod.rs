@@ -514,6 +514,28 @@ mod tests {
     }
 
     #[test]
+    fn runtime_floats_bind_as_scalars() {
+        let r = registry();
+        let def = r.get(r.lookup("aten::_fused_sgd_").unwrap());
+        let args = [
+            Value::TensorList(vec![]),
+            Value::TensorList(vec![]),
+            Value::TensorList(vec![]),
+            Value::Double(0.0),
+            Value::Double(0.9),
+            Value::Double(0.1),
+            Value::Double(0.0),
+            Value::Bool(false),
+            Value::Bool(false),
+            Value::Bool(true),
+        ];
+        let bound = def.bind(&args).unwrap();
+        // lr is a runtime value; momentum (which picks the program) is not.
+        assert!(matches!(bound[5], Value::Scalar(Scalar::Float(x)) if x == 0.1));
+        assert!(matches!(bound[4], Value::Double(x) if x == 0.9));
+    }
+
+    #[test]
     fn lookup_errors_suggest() {
         let r = registry();
         let e = r.lookup("aten::add").unwrap_err().to_string();

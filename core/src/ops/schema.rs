@@ -406,6 +406,22 @@ mod tests {
     }
 
     #[test]
+    fn mutable_tensor_lists_and_empty_lists() {
+        let s = Schema::parse(
+            "aten::_fused_sgd_(Tensor(a!)[] self, Tensor(b!)[] grads, Tensor(c!)[] momentum_buffer_list, *, \
+             float weight_decay, float momentum, float lr, float dampening, bool nesterov, bool maximize, \
+             bool is_first_step, Tensor? grad_scale=None, Tensor? found_inf=None) -> ()",
+        )
+        .unwrap();
+        assert!(s.returns.is_empty());
+        assert!(s.args[..3].iter().all(|a| a.mutable && a.ty == ArgType::TensorList));
+        // `[]` from a frontend that cannot tell an empty tensor list from an
+        // empty int list.
+        assert!(matches!(s.coerce(2, &s.args[2], Value::IntList(vec![])), Ok(Value::TensorList(v)) if v.is_empty()));
+        assert!(s.coerce(2, &s.args[2], Value::IntList(vec![1])).is_err());
+    }
+
+    #[test]
     fn binding_fills_defaults_and_names_bad_args() {
         let s = Schema::parse("aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor").unwrap();
         let e = s.bind(&[Value::Int(3)]).unwrap_err().to_string();
