@@ -136,7 +136,11 @@ struct Call {
                   ", not a tpu device");
       return Arg(static_cast<int64_t>(tpu_index(v.toDevice())));
     }
-    if (v.isGenerator()) return Arg(std::nullopt);  // tpu ops draw from the device generator
+    if (v.isGenerator()) {
+      // Passing one explicitly would otherwise be ignored without a word.
+      TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": explicit generators are not supported on TPU; tpu ops draw from "
+                                  "the device generator (seed it with torch.manual_seed or torch.tpu.manual_seed)");
+    }
     if (v.isComplexDouble()) TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": complex numbers are not supported on TPU");
     TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' of type ", a.type()->str(),
                                 " cannot be passed to the TPU runtime");
