@@ -447,23 +447,27 @@ fn register_convolution(r: &mut Registry) {
 
 // ------------------------------------------------------------------ pooling
 
-/// Checked 2-d pooling geometry over the last two dims of the input.
-struct Pool2d {
-    kernel: [i64; 2],
-    stride: [i64; 2],
-    padding: [i64; 2],
-    dilation: [i64; 2],
+/// Checked pooling geometry over the last `n` (spatial) dims of the input.
+pub(super) struct Pool {
+    kernel: Vec<i64>,
+    stride: Vec<i64>,
+    padding: Vec<i64>,
+    dilation: Vec<i64>,
     /// Output spatial size.
-    out: [i64; 2],
+    out: Vec<i64>,
 }
 
-/// A `int[2]` pooling argument: one int for both dims, or two.
-fn pair(cx: &Cx, name: &str, v: &[i64], default: Option<[i64; 2]>) -> Result<[i64; 2]> {
+/// A `int[n]` pooling argument: one int for all `n` spatial dims, or `n`
+/// (an empty list takes `default`, the stride's kernel-size default).
+fn pool_param(cx: &Cx, name: &str, v: &[i64], n: usize, default: Option<&[i64]>) -> Result<Vec<i64>> {
     match (v.len(), default) {
-        (0, Some(d)) => Ok(d),
-        (1, _) => Ok([v[0], v[0]]),
-        (2, _) => Ok([v[0], v[1]]),
-        _ => bail_op!(&*cx.op, "{name} must either be a single int, or a tuple of two ints, but got {}", fmt(v)),
+        (0, Some(d)) => Ok(d.to_vec()),
+        (1, _) => Ok(vec![v[0]; n]),
+        (l, _) if l == n => Ok(v.to_vec()),
+        _ => {
+            let count = ["zero", "one", "two", "three"].get(n).copied().unwrap_or("n");
+            bail_op!(&*cx.op, "{name} must either be a single int, or a tuple of {count} ints, but got {}", fmt(v))
+        }
     }
 }
 
@@ -478,26 +482,31 @@ fn pool_out(size: i64, k: i64, pad: i64, stride: i64, dil: i64, ceil: bool) -> i
     out
 }
 
+/// The checked geometry of an `n`-d pooling of `x` (rank `n + 1` unbatched
+/// or `n + 2`), with PyTorch's messages.
 #[allow(clippy::too_many_arguments)]
-fn pool2d(
+pub(super) fn pool_geometry(
     cx: &Cx,
     x: V,
+    n: usize,
     kernel: &[i64],
     stride: &[i64],
     padding: &[i64],
     dilation: &[i64],
     ceil: bool,
     name: &str,
-) -> Result<Pool2d> {
+) -> Result<Pool> {
     let dims = cx.dims(x);
-    let kernel = pair(cx, "kernel_size", kernel, None)?;
-    let stride = pair(cx, "stride", stride, Some(kernel))?;
-    let padding = pair(cx, "padding", padding, None)?;
-    let dilation = pair(cx, "dilation", dilation, None)?;
-    if !(dims.len() == 3 || dims.len() == 4) || dims[dims.len() - 3..].contains(&0) {
+    let kernel = pool_param(cx, "kernel_size", kernel, n, None)?;
+    let stride = pool_param(cx, "stride", stride, n, Some(&kernel))?;
+    let padding = pool_param(cx, "padding", padding, n, None)?;
+    let dilation = pool_param(cx, "dilation", dilation, n, None)?;
+    if !(dims.len() == n + 1 || dims.len() == n + 2) || dims[dims.len() - n - 1..].contains(&0) {
         bail_op!(
             &*cx.op,
-            "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got: {}",
+            "Expected {}D or {}D (batch mode) tensor with optional 0 dim batch size for input, but got: {}",
+            n + 1,
+            n + 2,
             fmt(&dims)
         );
     }
@@ -510,7 +519,7 @@ fn pool2d(
     if dilation.iter().any(|&k| k <= 0) {
         bail_op!(&*cx.op, "dilation should be greater than zero, but got dilation={}", fmt(&dilation));
     }
-    for i in 0..2 {
+    for i in 0..n {
         if padding[i] < 0 || padding[i] > ((kernel[i] - 1) * dilation[i] + 1) / 2 {
             bail_op!(
                 &*cx.op,
@@ -521,21 +530,20 @@ fn pool2d(
             );
         }
     }
-    let (h, w) = (dims[dims.len() - 2], dims[dims.len() - 1]);
-    let out = [
-        pool_out(h, kernel[0], padding[0], stride[0], dilation[0], ceil),
-        pool_out(w, kernel[1], padding[1], stride[1], dilation[1], ceil),
-    ];
+    let sp = &dims[dims.len() - n..];
+    let out: Vec<i64> =
+        (0..n).map(|i| pool_out(sp[i], kernel[i], padding[i], stride[i], dilation[i], ceil)).collect();
     if out.iter().any(|&o| o < 1) {
-        let c = dims[dims.len() - 3];
+        let c = dims[dims.len() - n - 1];
+        let join = |v: &[i64]| v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
         bail_op!(
             &*cx.op,
-            "{name}: Given input size: ({c}x{h}x{w}). Calculated output size: ({c}x{}x{}). Output size is too small",
-            out[0],
-            out[1]
+            "{name}: Given input size: ({c}x{}). Calculated output size: ({c}x{}). Output size is too small",
+            join(sp),
+            join(&out)
         );
     }
-    Ok(Pool2d { kernel, stride, padding, dilation, out })
+    Ok(Pool { kernel, stride, padding, dilation, out })
 }
 
 /// `reduce_window` attributes.
@@ -552,19 +560,24 @@ impl Window {
     }
 }
 
-impl Pool2d {
+impl Pool {
+    /// The spatial rank.
+    fn n(&self) -> usize {
+        self.kernel.len()
+    }
+
     /// The window over all dims of a rank-`rank` input with spatial size
-    /// `hw`: low padding `padding`, high padding extended so that the last
+    /// `sp`: low padding `padding`, high padding extended so that the last
     /// (ceil-mode) window fits.
-    fn window(&self, rank: usize, hw: [i64; 2]) -> Window {
-        let lead = rank - 2;
+    fn window(&self, rank: usize, sp: &[i64]) -> Window {
+        let lead = rank - self.n();
         let mut w = Window {
             dims: vec![1; lead],
             strides: vec![1; lead],
             dilations: vec![1; lead],
             padding: vec![(0, 0); lead],
         };
-        for (i, &size) in hw.iter().enumerate() {
+        for (i, &size) in sp.iter().enumerate() {
             w.dims.push(self.kernel[i]);
             w.strides.push(self.stride[i]);
             w.dilations.push(self.dilation[i]);
@@ -600,38 +613,55 @@ fn pool_better(f: &mut Func, va: V, ia: V, vb: V, ib: V, float: bool) -> V {
     f.or(plain, nan_case)
 }
 
+/// `max_pool{n}d_with_indices`: the maxima and their flat indices within
+/// each (N, C) volume.
+fn max_pool_with_indices(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
+    let x = a.tensor(0)?;
+    let name = format!("max_pool{n}d");
+    let p = pool_geometry(cx, x, n, a.ints(1)?, a.ints(2)?, a.ints(3)?, a.ints(4)?, a.bool(5)?, &name)?;
+    let dims = cx.dims(x);
+    let rank = dims.len();
+    if cx.dtype(x) == DType::Bool {
+        bail_op!(&*cx.op, "\"{name}\" not implemented for 'bool'");
+    }
+    // Flat index of each element in its volume (row-major over the spatial dims).
+    let ity = Ty::new(Elem::I64, &dims);
+    let mut idx: Option<V> = None;
+    for d in rank - n..rank {
+        let i = cx.f.iota(&ity, d);
+        idx = Some(match idx {
+            None => i,
+            Some(acc) => {
+                let sz = cx.f.splat_int(&ity, dims[d]);
+                let acc = cx.f.mul(acc, sz);
+                cx.f.add(acc, i)
+            }
+        });
+    }
+    let idx = idx.expect("n >= 1");
+    let elem = cx.ty(x).elem;
+    let float = elem.is_float();
+    // Padding holds the lowest value and an index that loses ties to any
+    // real element.
+    let init_v = lowest(&mut cx.f, elem);
+    let init_i = cx.f.splat_int(&Ty::scalar(Elem::I64), i64::MAX);
+    let out = p.window(rank, &dims[rank - n..]).reduce(&mut cx.f, &[x, idx], &[init_v, init_i], |f, v| {
+        let a_wins = pool_better(f, v[0], v[1], v[2], v[3], float);
+        vec![f.select(a_wins, v[0], v[2]), f.select(a_wins, v[1], v[3])]
+    });
+    Ok(out)
+}
+
 fn register_pooling(r: &mut Registry) {
     r.op(
         "aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, \
          int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
-        |cx, a| {
-            let x = a.tensor(0)?;
-            let p = pool2d(cx, x, a.ints(1)?, a.ints(2)?, a.ints(3)?, a.ints(4)?, a.bool(5)?, "max_pool2d")?;
-            let dims = cx.dims(x);
-            let rank = dims.len();
-            let (h, w) = (dims[rank - 2], dims[rank - 1]);
-            if cx.dtype(x) == DType::Bool {
-                bail_op!(&*cx.op, "\"max_pool2d\" not implemented for 'bool'");
-            }
-            // Flat index of each element in its plane.
-            let ity = Ty::new(Elem::I64, &dims);
-            let row = cx.f.iota(&ity, rank - 2);
-            let col = cx.f.iota(&ity, rank - 1);
-            let wv = cx.f.splat_int(&ity, w);
-            let row = cx.f.mul(row, wv);
-            let idx = cx.f.add(row, col);
-            let elem = cx.ty(x).elem;
-            let float = elem.is_float();
-            // Padding holds the lowest value and an index that loses ties to
-            // any real element.
-            let init_v = lowest(&mut cx.f, elem);
-            let init_i = cx.f.splat_int(&Ty::scalar(Elem::I64), i64::MAX);
-            let out = p.window(rank, [h, w]).reduce(&mut cx.f, &[x, idx], &[init_v, init_i], |f, v| {
-                let a_wins = pool_better(f, v[0], v[1], v[2], v[3], float);
-                vec![f.select(a_wins, v[0], v[2]), f.select(a_wins, v[1], v[3])]
-            });
-            Ok(out)
-        },
+        |cx, a| max_pool_with_indices(cx, a, 2),
+    );
+    r.op(
+        "aten::max_pool3d_with_indices(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, \
+         int[3] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
+        |cx, a| max_pool_with_indices(cx, a, 3),
     );
     r.op(
         "aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, \
@@ -639,7 +669,16 @@ fn register_pooling(r: &mut Registry) {
         |cx, a| {
             let x = a.tensor(0)?;
             let (k, s, p) = (a.ints(1)?.to_vec(), a.ints(2)?.to_vec(), a.ints(3)?.to_vec());
-            Ok(vec![avg_pool2d(cx, x, &k, &s, &p, a.bool(4)?, a.bool(5)?, a.opt_int(6))?])
+            Ok(vec![avg_pool(cx, x, 2, &k, &s, &p, a.bool(4)?, a.bool(5)?, a.opt_int(6))?])
+        },
+    );
+    r.op(
+        "aten::avg_pool3d(Tensor self, int[3] kernel_size, int[3] stride=[], int[3] padding=0, bool ceil_mode=False, \
+         bool count_include_pad=True, int? divisor_override=None) -> Tensor",
+        |cx, a| {
+            let x = a.tensor(0)?;
+            let (k, s, p) = (a.ints(1)?.to_vec(), a.ints(2)?.to_vec(), a.ints(3)?.to_vec());
+            Ok(vec![avg_pool(cx, x, 3, &k, &s, &p, a.bool(4)?, a.bool(5)?, a.opt_int(6))?])
         },
     );
     r.op(
@@ -667,7 +706,7 @@ fn register_pooling(r: &mut Registry) {
             d4.push(1);
             d4.push(dims[dims.len() - 1]);
             let x4 = cx.f.reshape(x, &d4);
-            let y = avg_pool2d(cx, x4, &k, &s, &p, a.bool(4)?, a.bool(5)?, None)?;
+            let y = avg_pool(cx, x4, 2, &k, &s, &p, a.bool(4)?, a.bool(5)?, None)?;
             let mut yd = cx.dims(y);
             yd.remove(yd.len() - 2);
             Ok(vec![cx.f.reshape(y, &yd)])
@@ -675,21 +714,23 @@ fn register_pooling(r: &mut Registry) {
     );
 }
 
-/// The checks of `avg_pool2d` (and its backward): the geometry and the dtype.
+/// The checks of `avg_pool{n}d` (and its backward): the geometry and the dtype.
 #[allow(clippy::too_many_arguments)]
-fn avg_pool2d_checks(
+pub(super) fn avg_pool_checks(
     cx: &Cx,
     x: V,
+    n: usize,
     kernel: &[i64],
     stride: &[i64],
     padding: &[i64],
     ceil: bool,
     divisor: Option<i64>,
-) -> Result<Pool2d> {
-    let p = pool2d(cx, x, kernel, stride, padding, &[1], ceil, "avg_pool2d")?;
+) -> Result<Pool> {
+    let name = format!("avg_pool{n}d");
+    let p = pool_geometry(cx, x, n, kernel, stride, padding, &[1], ceil, &name)?;
     let d = cx.dtype(x);
     if !(d.is_float() || d == DType::I64) {
-        bail_op!(&*cx.op, "\"avg_pool2d\" not implemented for '{d}'");
+        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
     }
     if divisor == Some(0) {
         bail_op!(&*cx.op, "divisor must be not zero");
@@ -697,13 +738,13 @@ fn avg_pool2d_checks(
     Ok(p)
 }
 
-/// The divisor of each `avg_pool2d` window, broadcast to `out_dims` (the
-/// pooled shape), and whether it is zero (a window over padding only).
-#[allow(clippy::too_many_arguments)]
-fn avg_divisor(
+/// The divisor of each average-pooling window, broadcast to `out_dims` (the
+/// pooled shape, spatial dims last), and whether it is zero (a window over
+/// padding only). `sp` is the input's spatial size.
+pub(super) fn avg_divisor(
     cx: &mut Cx,
-    p: &Pool2d,
-    hw: [i64; 2],
+    p: &Pool,
+    sp: &[i64],
     include_pad: bool,
     divisor: Option<i64>,
     acc: Elem,
@@ -712,40 +753,42 @@ fn avg_divisor(
     if let Some(k) = divisor {
         return (cx.f.splat(&Ty::new(acc, out_dims), k as f64), None);
     }
-    let [h, w] = hw;
+    let n = p.n();
     let zero = cx.f.constant(acc, 0.0);
     let add = |f: &mut Func, v: &[V]| vec![f.add(v[0], v[1])];
     // Count the elements each window covers: the input, plus the explicit
     // padding when it counts (never the ceil-mode overhang).
-    let plane = Ty::new(acc, &[h, w]);
-    let ones = cx.f.splat(&plane, 1.0);
+    let volume = Ty::new(acc, sp);
+    let ones = cx.f.splat(&volume, 1.0);
     let ones = if include_pad {
         let one = cx.f.constant(acc, 1.0);
-        let pd = p.padding;
-        cx.f.pad(ones, one, &pd, &pd, &[0, 0])
+        cx.f.pad(ones, one, &p.padding, &p.padding, &vec![0; n])
     } else {
         ones
     };
-    let mut win = p.window(2, [h, w]);
+    let mut win = p.window(n, sp);
     if include_pad {
-        // The plane already holds the padding.
+        // The volume already holds the padding.
         for (i, q) in win.padding.iter_mut().enumerate() {
             q.0 = 0;
             q.1 = (q.1 - p.padding[i]).max(0);
         }
     }
     let count = win.reduce(&mut cx.f, &[ones], &[zero], add)[0];
-    let rank = out_dims.len() as i64;
-    let count = cx.f.broadcast_in_dim(count, &[rank - 2, rank - 1], out_dims);
+    let rank = out_dims.len();
+    let keep: Vec<i64> = (rank - n..rank).map(|d| d as i64).collect();
+    let count = cx.f.broadcast_in_dim(count, &keep, out_dims);
     let zeros = cx.f.full_like(count, 0.0);
     let empty = cx.f.compare(Cmp::Eq, count, zeros);
     (count, Some(empty))
 }
 
+/// `avg_pool{n}d`, summing in opmath and rounding once.
 #[allow(clippy::too_many_arguments)]
-fn avg_pool2d(
+fn avg_pool(
     cx: &mut Cx,
     x: V,
+    n: usize,
     kernel: &[i64],
     stride: &[i64],
     padding: &[i64],
@@ -753,18 +796,18 @@ fn avg_pool2d(
     include_pad: bool,
     divisor: Option<i64>,
 ) -> Result<V> {
-    let p = avg_pool2d_checks(cx, x, kernel, stride, padding, ceil, divisor)?;
+    let p = avg_pool_checks(cx, x, n, kernel, stride, padding, ceil, divisor)?;
     let d = cx.dtype(x);
     let dims = cx.dims(x);
     let rank = dims.len();
-    let (h, w) = (dims[rank - 2], dims[rank - 1]);
+    let sp = dims[rank - n..].to_vec();
     let xc = up(cx, x);
     let acc = cx.ty(xc).elem;
     let zero = cx.f.constant(acc, 0.0);
     let add = |f: &mut Func, v: &[V]| vec![f.add(v[0], v[1])];
-    let s = p.window(rank, [h, w]).reduce(&mut cx.f, &[xc], &[zero], add)[0];
+    let s = p.window(rank, &sp).reduce(&mut cx.f, &[xc], &[zero], add)[0];
     let out_dims = cx.dims(s);
-    let (count, empty) = avg_divisor(cx, &p, [h, w], include_pad, divisor, acc, &out_dims);
+    let (count, empty) = avg_divisor(cx, &p, &sp, include_pad, divisor, acc, &out_dims);
     let mut y = cx.f.div(s, count);
     if let Some(empty) = empty {
         // A window over padding only averages to 0, as in PyTorch.

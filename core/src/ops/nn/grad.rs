@@ -10,7 +10,7 @@ use crate::ops::common::up;
 use crate::ops::{Args, Cx, Registry};
 use crate::shape::{self, fmt};
 
-use super::{avg_divisor, avg_pool2d_checks, conv_core, conv_params, expand_reduced, require_float, sum, ConvParams};
+use super::{avg_divisor, avg_pool_checks, pool_geometry, conv_core, conv_params, expand_reduced, require_float, sum, ConvParams};
 
 pub(super) fn register(r: &mut Registry) {
     register_nll(r);
@@ -390,80 +390,103 @@ fn scatter_add_rows(cx: &mut Cx, g: V, idx: V, n: i64) -> V {
     cx.f.scatter(zeros, at, g, &[], &[0, 1], &[0, 1], 2, Some(Reducer::Add))
 }
 
+/// `max_pool{n}d_with_indices_backward`: each gradient added at its index.
+fn max_pool_backward(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
+    let (g, x, idx) = (a.tensor(0)?, a.tensor(1)?, a.tensor(7)?);
+    let name = format!("max_pool{n}d");
+    let p = pool_geometry(cx, x, n, a.ints(2)?, a.ints(3)?, a.ints(4)?, a.ints(5)?, a.bool(6)?, &name)?;
+    let xd = cx.dims(x);
+    let rank = xd.len();
+    let mut want = xd[..rank - n].to_vec();
+    want.extend(&p.out);
+    if cx.dims(g) != want || cx.dims(idx) != want {
+        bail_op!(
+            &*cx.op,
+            "expected grad_output and indices of size {}, but got {} and {}",
+            fmt(&want),
+            fmt(&cx.dims(g)),
+            fmt(&cx.dims(idx))
+        );
+    }
+    let d = require_float(cx, x, &format!("{name}_with_indices_backward"))?;
+    let b = shape::numel(&xd[..rank - n]);
+    let k = shape::numel(&p.out);
+    let gc = up(cx, g);
+    let gc = cx.f.reshape(gc, &[b, k]);
+    let ic = cx.f.convert(idx, Elem::I64);
+    let ic = cx.f.reshape(ic, &[b, k]);
+    let out = scatter_add_rows(cx, gc, ic, shape::numel(&xd[rank - n..]));
+    let out = cx.f.reshape(out, &xd);
+    Ok(vec![cx.f.convert(out, d)])
+}
+
+/// `avg_pool{n}d_backward`: each window's share of its gradient spread over
+/// the window.
+fn avg_pool_backward(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
+    let (g, x) = (a.tensor(0)?, a.tensor(1)?);
+    let divisor = a.opt_int(7);
+    let p = avg_pool_checks(cx, x, n, a.ints(2)?, a.ints(3)?, a.ints(4)?, a.bool(5)?, divisor)?;
+    let xd = cx.dims(x);
+    let rank = xd.len();
+    let sp = xd[rank - n..].to_vec();
+    let mut want = xd[..rank - n].to_vec();
+    want.extend(&p.out);
+    if cx.dims(g) != want {
+        bail_op!(&*cx.op, "expected grad_output of size {}, but got {}", fmt(&want), fmt(&cx.dims(g)));
+    }
+    let d = cx.dtype(x);
+    let gc = up(cx, g);
+    let acc = cx.ty(gc).elem;
+    let b = shape::numel(&xd[..rank - n]);
+    let mut gd = vec![b, 1];
+    gd.extend(&p.out);
+    let gc = cx.f.reshape(gc, &gd);
+    let (count, empty) = avg_divisor(cx, &p, &sp, a.bool(6)?, divisor, acc, &gd);
+    let mut q = cx.f.div(gc, count);
+    if let Some(empty) = empty {
+        let zeros = cx.f.full_like(q, 0.0);
+        q = cx.f.select(empty, zeros, q);
+    }
+    // Spread each window's share over the window: a transposed convolution
+    // by a kernel of ones, cropped to the input.
+    let mut kd = vec![1, 1];
+    kd.extend(&p.kernel);
+    let ones = cx.f.splat(&Ty::new(acc, &kd), 1.0);
+    let pad: Vec<(i64, i64)> = (0..n)
+        .map(|i| {
+            let k = p.kernel[i];
+            let lo = k - 1 - p.padding[i];
+            let extra = sp[i] - ((p.out[i] - 1) * p.stride[i] - 2 * p.padding[i] + k);
+            (lo, lo + extra)
+        })
+        .collect();
+    let mut yd = vec![b, 1];
+    yd.extend(&sp);
+    let y = cx.f.convolution(q, ones, &vec![1; n], &pad, &p.stride, &vec![1; n], 1, &yd);
+    let y = cx.f.reshape(y, &xd);
+    Ok(vec![cx.f.convert(y, d)])
+}
+
 fn register_pooling(r: &mut Registry) {
     r.op(
         "aten::max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, \
          int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
-        |cx, a| {
-            let (g, x, idx) = (a.tensor(0)?, a.tensor(1)?, a.tensor(7)?);
-            let p = super::pool2d(cx, x, a.ints(2)?, a.ints(3)?, a.ints(4)?, a.ints(5)?, a.bool(6)?, "max_pool2d")?;
-            let xd = cx.dims(x);
-            let rank = xd.len();
-            let mut want = xd[..rank - 2].to_vec();
-            want.extend(p.out);
-            if cx.dims(g) != want || cx.dims(idx) != want {
-                bail_op!(
-                    &*cx.op,
-                    "expected grad_output and indices of size {}, but got {} and {}",
-                    fmt(&want),
-                    fmt(&cx.dims(g)),
-                    fmt(&cx.dims(idx))
-                );
-            }
-            let d = require_float(cx, x, "max_pool2d_with_indices_backward")?;
-            let b = shape::numel(&xd[..rank - 2]);
-            let k = p.out[0] * p.out[1];
-            let gc = up(cx, g);
-            let gc = cx.f.reshape(gc, &[b, k]);
-            let ic = cx.f.convert(idx, Elem::I64);
-            let ic = cx.f.reshape(ic, &[b, k]);
-            let out = scatter_add_rows(cx, gc, ic, xd[rank - 2] * xd[rank - 1]);
-            let out = cx.f.reshape(out, &xd);
-            Ok(vec![cx.f.convert(out, d)])
-        },
+        |cx, a| max_pool_backward(cx, a, 2),
+    );
+    r.op(
+        "aten::max_pool3d_with_indices_backward(Tensor grad_output, Tensor self, int[3] kernel_size, int[3] stride, \
+         int[3] padding, int[3] dilation, bool ceil_mode, Tensor indices) -> Tensor",
+        |cx, a| max_pool_backward(cx, a, 3),
     );
     r.op(
         "aten::avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, int[2] padding, \
          bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
-        |cx, a| {
-            let (g, x) = (a.tensor(0)?, a.tensor(1)?);
-            let divisor = a.opt_int(7);
-            let p = avg_pool2d_checks(cx, x, a.ints(2)?, a.ints(3)?, a.ints(4)?, a.bool(5)?, divisor)?;
-            let xd = cx.dims(x);
-            let rank = xd.len();
-            let (h, w) = (xd[rank - 2], xd[rank - 1]);
-            let mut want = xd[..rank - 2].to_vec();
-            want.extend(p.out);
-            if cx.dims(g) != want {
-                bail_op!(&*cx.op, "expected grad_output of size {}, but got {}", fmt(&want), fmt(&cx.dims(g)));
-            }
-            let d = cx.dtype(x);
-            let gc = up(cx, g);
-            let acc = cx.ty(gc).elem;
-            let b = shape::numel(&xd[..rank - 2]);
-            let gd = [b, 1, p.out[0], p.out[1]];
-            let gc = cx.f.reshape(gc, &gd);
-            let (count, empty) = avg_divisor(cx, &p, [h, w], a.bool(6)?, divisor, acc, &gd);
-            let mut q = cx.f.div(gc, count);
-            if let Some(empty) = empty {
-                let zeros = cx.f.full_like(q, 0.0);
-                q = cx.f.select(empty, zeros, q);
-            }
-            // Spread each window's share over the window: a transposed
-            // convolution by a kernel of ones, cropped to the input.
-            let ones = cx.f.splat(&Ty::new(acc, &[1, 1, p.kernel[0], p.kernel[1]]), 1.0);
-            let pad: Vec<(i64, i64)> = (0..2)
-                .map(|i| {
-                    let k = p.kernel[i];
-                    let lo = k - 1 - p.padding[i];
-                    let extra = [h, w][i] - ((p.out[i] - 1) * p.stride[i] - 2 * p.padding[i] + k);
-                    (lo, lo + extra)
-                })
-                .collect();
-            let y = cx.f.convolution(q, ones, &[1, 1], &pad, &p.stride, &[1, 1], 1, &[b, 1, h, w]);
-            let y = cx.f.reshape(y, &xd);
-            Ok(vec![cx.f.convert(y, d)])
-        },
+        |cx, a| avg_pool_backward(cx, a, 2),
+    );
+    r.op(
+        "aten::avg_pool3d_backward(Tensor grad_output, Tensor self, int[3] kernel_size, int[3] stride, int[3] padding, \
+         bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
+        |cx, a| avg_pool_backward(cx, a, 3),
     );
 }
 
@@ -544,28 +567,38 @@ fn adaptive_setup(cx: &mut Cx, x: V, out: &[i64], k: usize, elem: Elem) -> Resul
 
 fn adaptive_avg_pool(cx: &mut Cx, a: &Args, k: usize) -> Result<Vec<V>> {
     let x = a.tensor(0)?;
-    let d = require_float(cx, x, "adaptive_avg_pool2d")?;
+    let d = require_float(cx, x, &format!("adaptive_avg_pool{k}d"))?;
     let xc = up(cx, x);
     let mats = adaptive_setup(cx, x, a.ints(1)?, k, d.opmath().into())?;
     let y = apply_matrices(cx, xc, &mats, 1);
     Ok(vec![cx.f.convert(y, d)])
 }
 
+/// `_adaptive_avg_pool{k}d_backward`: the gradient through the averaging
+/// matrices, transposed.
+fn adaptive_avg_pool_backward(cx: &mut Cx, a: &Args, k: usize) -> Result<Vec<V>> {
+    let (g, x) = (a.tensor(0)?, a.tensor(1)?);
+    let d = require_float(cx, x, &format!("adaptive_avg_pool{k}d_backward"))?;
+    let gd = cx.dims(g);
+    let xd = cx.dims(x);
+    if gd.len() != xd.len() || gd.len() < k + 1 || gd[..gd.len() - k] != xd[..xd.len() - k] {
+        bail_op!(&*cx.op, "grad_output of size {} does not match input of size {}", fmt(&gd), fmt(&xd));
+    }
+    let out = gd[gd.len() - k..].to_vec();
+    let mats = adaptive_setup(cx, x, &out, k, d.opmath().into())?;
+    let gc = up(cx, g);
+    let y = apply_matrices(cx, gc, &mats, 0);
+    Ok(vec![cx.f.convert(y, d)])
+}
+
 fn register_adaptive(r: &mut Registry) {
     r.op("aten::_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 2));
+    r.op("aten::_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 3));
     r.op("aten::adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 1));
     r.op("aten::_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor", |cx, a| {
-        let (g, x) = (a.tensor(0)?, a.tensor(1)?);
-        let d = require_float(cx, x, "adaptive_avg_pool2d_backward")?;
-        let gd = cx.dims(g);
-        let xd = cx.dims(x);
-        if gd.len() != xd.len() || gd.len() < 3 || gd[..gd.len() - 2] != xd[..xd.len() - 2] {
-            bail_op!(&*cx.op, "grad_output of size {} does not match input of size {}", fmt(&gd), fmt(&xd));
-        }
-        let out = gd[gd.len() - 2..].to_vec();
-        let mats = adaptive_setup(cx, x, &out, 2, d.opmath().into())?;
-        let gc = up(cx, g);
-        let y = apply_matrices(cx, gc, &mats, 0);
-        Ok(vec![cx.f.convert(y, d)])
+        adaptive_avg_pool_backward(cx, a, 2)
+    });
+    r.op("aten::_adaptive_avg_pool3d_backward(Tensor grad_output, Tensor self) -> Tensor", |cx, a| {
+        adaptive_avg_pool_backward(cx, a, 3)
     });
 }
