@@ -1,5 +1,6 @@
 """NN ops against PyTorch CPU: softmax / log_softmax, layer norm,
-convolution (incl. transposed), max / avg pooling, dropout (statistics),
+convolution (incl. transposed), max / avg pooling (2-d and 3-d, with their
+backward kernels), adaptive 3-d average pooling, dropout (statistics),
 NLL loss, embedding, extra activations and activation backward kernels."""
 
 import pytest
@@ -294,6 +295,147 @@ def test_avg_pool2d_unbatched_and_int(rt):
 def test_avg_pool2d_errors(rt):
     raises(rt, "divisor must be not zero", "aten::avg_pool2d", torch.randn(1, 1, 4, 4), [2, 2], [], [0, 0], False, True, 0)
     raises(rt, "pad should be at most half", "aten::avg_pool2d", torch.randn(1, 1, 4, 4), [2, 2], [1, 1], [2, 2])
+
+
+# --------------------------------------------------------------- 3-d pooling
+
+def ref_tol(dtype):
+    """bf16 results against the f32 result rounded once: within one bf16 ulp
+    (the summation order may differ); f32 tight."""
+    return {"atol": 1e-6, "rtol": 2 ** -7} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+
+
+def ref(f, dtype, *tensors_then_args, n_tensors=1):
+    """`f` on the f32 copies of the leading tensors, each float result rounded
+    once to `dtype` (integer results, e.g. indices, unchanged)."""
+    ts = [t.float() for t in tensors_then_args[:n_tensors]]
+    out = f(*ts, *tensors_then_args[n_tensors:])
+    fix = lambda t: t.to(dtype) if t.is_floating_point() else t
+    return tuple(fix(t) for t in out) if isinstance(out, tuple) else fix(out)
+
+
+MAXPOOL3D = [
+    # kernel, stride, padding, dilation, ceil_mode
+    ([2, 2, 2], [], [0, 0, 0], [1, 1, 1], False),
+    ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False),
+    ([3, 2, 2], [2, 1, 2], [1, 0, 1], [1, 1, 1], True),
+    ([2, 3, 2], [1, 2, 2], [0, 1, 1], [2, 1, 1], False),
+    ([3], [3], [1], [1], True),
+    ([2, 2, 3], [3, 2, 1], [1, 0, 1], [1, 2, 1], True),
+]
+POOL3D_SHAPES = [(2, 3, 7, 8, 6), (3, 5, 6, 7)]
+
+
+@pytest.mark.parametrize("shape", POOL3D_SHAPES)
+@pytest.mark.parametrize("cfg", MAXPOOL3D)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_pool3d(rt, shape, cfg, dtype):
+    k, s, p, d, ceil = cfg
+    x = sample(shape, dtype)
+    got = call(rt, "aten::max_pool3d_with_indices", x, k, s, p, d, ceil)
+    want = ref(A.max_pool3d_with_indices, dtype, x, k, s, p, d, ceil)
+    assert want[0].numel() > 1
+    check(got[0], want[0])
+    check(got[1], want[1])
+
+
+def test_max_pool3d_ties_nan_and_ints(rt):
+    # Ties keep the first maximum; NaN wins; int64 pools too.
+    t = torch.tensor([1.0, 1.0, 0.0, float("nan"), 1.0, float("-inf"), 1.0, 2.0] * 3).reshape(1, 1, 3, 2, 4)
+    for got, want in zip(call(rt, "aten::max_pool3d_with_indices", t, [2, 2, 2], [1, 1, 1], [1, 1, 1], [1, 1, 1], True),
+                         A.max_pool3d_with_indices(t, [2, 2, 2], [1, 1, 1], [1, 1, 1], [1, 1, 1], True)):
+        check(got, want)
+    z = torch.zeros(1, 2, 4, 4, 4)
+    for got, want in zip(call(rt, "aten::max_pool3d_with_indices", z, [2, 2, 2], [1, 1, 1]),
+                         A.max_pool3d_with_indices(z, [2, 2, 2], [1, 1, 1])):
+        check(got, want)
+    i = torch.randint(-50, 50, (1, 2, 5, 5, 5), dtype=torch.int64)
+    for got, want in zip(call(rt, "aten::max_pool3d_with_indices", i, [3, 3, 3], [2, 2, 2], [1, 1, 1]),
+                         A.max_pool3d_with_indices(i, [3, 3, 3], [2, 2, 2], [1, 1, 1])):
+        check(got, want)
+
+
+def test_max_pool3d_errors(rt):
+    op = "aten::max_pool3d_with_indices"
+    raises(rt, ["pad should be at most half", "pad=2", "kernel_size=3"], op, torch.randn(1, 1, 8, 8, 8), [3, 3, 3], [1], [2])
+    raises(rt, ["Output size is too small", "(3x2x2x2)", "(3x0x0x0)"], op, torch.randn(1, 3, 2, 2, 2), [3, 3, 3], [1, 1, 1], [0, 0, 0])
+    raises(rt, ["4D or 5D", "[8, 8, 8]"], op, torch.randn(8, 8, 8), [2, 2, 2])
+    raises(rt, ["kernel_size", "three ints"], op, torch.randn(1, 1, 8, 8, 8), [2, 2])
+
+
+AVGPOOL3D = [
+    # kernel, stride, padding, ceil_mode, count_include_pad, divisor_override
+    ([2, 2, 2], [], [0, 0, 0], False, True, None),
+    ([3, 3, 3], [2, 2, 2], [1, 1, 1], False, True, None),
+    ([3, 3, 3], [2, 2, 2], [1, 1, 1], False, False, None),
+    ([3, 2, 3], [2, 2, 1], [1, 1, 0], True, True, None),
+    ([3, 2, 3], [2, 2, 1], [1, 1, 0], True, False, None),
+    ([2, 3, 2], [1, 2, 2], [1, 1, 1], False, True, 5),
+    ([3], [3], [1], True, True, None),
+]
+
+
+@pytest.mark.parametrize("shape", POOL3D_SHAPES)
+@pytest.mark.parametrize("cfg", AVGPOOL3D)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avg_pool3d(rt, shape, cfg, dtype):
+    x = sample(shape, dtype)
+    want = ref(A.avg_pool3d, dtype, x, *cfg)
+    check(call(rt, "aten::avg_pool3d", x, *cfg), want, **ref_tol(dtype))
+
+
+def test_avg_pool3d_int_and_errors(rt):
+    i = torch.randint(-50, 50, (1, 2, 6, 5, 6), dtype=torch.int64)
+    check(call(rt, "aten::avg_pool3d", i, [3, 3, 3], [2, 2, 2], [1, 1, 1]), A.avg_pool3d(i, [3, 3, 3], [2, 2, 2], [1, 1, 1]))
+    op = "aten::avg_pool3d"
+    raises(rt, "divisor must be not zero", op, torch.randn(1, 1, 4, 4, 4), [2, 2, 2], [], [0, 0, 0], False, True, 0)
+    raises(rt, "pad should be at most half", op, torch.randn(1, 1, 4, 4, 4), [2, 2, 2], [1, 1, 1], [2, 2, 2])
+    raises(rt, "4D or 5D", op, torch.randn(4, 4), [2, 2, 2])
+
+
+@pytest.mark.parametrize("shape", POOL3D_SHAPES)
+@pytest.mark.parametrize("cfg", [MAXPOOL3D[1], MAXPOOL3D[2], MAXPOOL3D[3], ([3, 2, 2], [1, 1, 1], [1, 0, 1], [1, 1, 1], False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_pool3d_backward(rt, shape, cfg, dtype):
+    k, s, p, d, ceil = cfg
+    x = sample(shape, dtype)
+    y, idx = A.max_pool3d_with_indices(x, k, s, p, d, ceil)
+    g = sample(tuple(y.shape), dtype)
+    # Overlapping windows add several gradients into one element: summed in
+    # f32 and rounded once.
+    want = ref(A.max_pool3d_with_indices_backward, dtype, g, x, k, s, p, d, ceil, idx, n_tensors=2)
+    got = call(rt, "aten::max_pool3d_with_indices_backward", g, x, k, s, p, d, ceil, idx)
+    check(got, want, **ref_tol(dtype))
+
+
+@pytest.mark.parametrize("shape", POOL3D_SHAPES)
+@pytest.mark.parametrize("cfg", AVGPOOL3D)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avg_pool3d_backward(rt, shape, cfg, dtype):
+    x = sample(shape, dtype)
+    y = A.avg_pool3d(x.float(), *cfg)
+    g = sample(tuple(y.shape), dtype)
+    k, s, p, ceil, include, div = cfg
+    want = ref(A.avg_pool3d_backward, dtype, g, x, k, s or k, p, ceil, include, div, n_tensors=2)
+    got = call(rt, "aten::avg_pool3d_backward", g, x, k, s, p, ceil, include, div)
+    check(got, want, **ref_tol(dtype))
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 6, 8, 8), [1, 1, 1]), ((2, 3, 5, 7, 9), [2, 3, 4]),
+                                       ((3, 5, 5, 4), [5, 2, 3]), ((1, 2, 3, 4, 6), [4, 6, 7])])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adaptive_avg_pool3d(rt, shape, out, dtype):
+    x = sample(shape, dtype)
+    want = ref(A._adaptive_avg_pool3d, dtype, x, out)
+    check(call(rt, "aten::_adaptive_avg_pool3d", x, out), want, **ref_tol(dtype))
+    g = sample(tuple(want.shape), dtype)
+    want = ref(A._adaptive_avg_pool3d_backward, dtype, g, x, n_tensors=2)
+    check(call(rt, "aten::_adaptive_avg_pool3d_backward", g, x), want, **ref_tol(dtype))
+
+
+def test_adaptive_avg_pool3d_errors(rt):
+    raises(rt, ["4D or 5D", "[2, 2]"], "aten::_adaptive_avg_pool3d", torch.randn(2, 2), [1, 1, 1])
+    raises(rt, "output_size must be 3", "aten::_adaptive_avg_pool3d", torch.randn(1, 2, 2, 2), [1, 1])
 
 
 # ------------------------------------------------------------------ dropout

@@ -627,12 +627,12 @@ fn max_pool_with_indices(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
     // Flat index of each element in its volume (row-major over the spatial dims).
     let ity = Ty::new(Elem::I64, &dims);
     let mut idx: Option<V> = None;
-    for d in rank - n..rank {
+    for (d, &size) in dims.iter().enumerate().skip(rank - n) {
         let i = cx.f.iota(&ity, d);
         idx = Some(match idx {
             None => i,
             Some(acc) => {
-                let sz = cx.f.splat_int(&ity, dims[d]);
+                let sz = cx.f.splat_int(&ity, size);
                 let acc = cx.f.mul(acc, sz);
                 cx.f.add(acc, i)
             }
