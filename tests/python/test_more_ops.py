@@ -155,3 +155,127 @@ def test_backward_promotes_and_broadcasts(rt):
     x = torch.randn(3, 4).to(torch.bfloat16)
     want = aten.silu_backward(g, x.float())
     check(call(rt, "aten::silu_backward", g, x), want, **tol_for(torch.float32))
+
+
+# ---------------------------------------------------------------- pointwise
+
+def _prob(n):
+    return torch.rand(n) * 0.98 + 0.01
+
+
+UNARY = {
+    "lgamma": (torch.lgamma, lambda n: torch.randn(n) * 5, torch.tensor([0.0, -0.0, -1.0, -2.0, 1.0, 2.0, -2.5, 1e-3,
+                                                                           30.0, float("inf"), float("-inf"), float("nan")])),
+    "digamma": (torch.digamma, lambda n: torch.rand(n) * 20 + 0.05,
+                torch.tensor([0.0, -0.0, -1.0, -2.0, -2.5, 1.0, 0.5, 100.0, float("inf"), float("nan")])),
+    "sinc": (torch.sinc, lambda n: torch.randn(n) * 3, torch.tensor([0.0, -0.0, 1.0, -2.0, 0.5, 1e-8, float("inf"), float("nan")])),
+    "i0": (torch.i0, lambda n: torch.randn(n) * 6, torch.tensor([0.0, 8.0, -8.0, 7.99, 8.01, 20.0, 80.0, 100.0,
+                                                                  float("inf"), float("-inf"), float("nan")])),
+    "logit": (torch.logit, _prob, torch.tensor([0.0, 1.0, 0.5, -0.5, 2.0, float("nan")])),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_special_unary(rt, name, dtype):
+    fn, sampler, _ = UNARY[name]
+    x = sampler(40).to(dtype)
+    tol = tol_for(dtype, 2e-5) if name != "digamma" else tol_for(dtype, 1e-4)
+    check(call(rt, f"aten::{name}", x), ref(fn, dtype, x), **tol)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_special_unary_specials(rt, name):
+    fn, _, specials = UNARY[name]
+    check(call(rt, f"aten::{name}", specials), fn(specials), atol=1e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_special_unary_ints_give_float_and_inplace(rt, name):
+    fn = UNARY[name][0]
+    x = torch.tensor([1, 2, 3, 5]) if name != "logit" else torch.tensor([0, 1])
+    check(call(rt, f"aten::{name}", x), fn(x), atol=1e-5, rtol=2e-5)
+    y = UNARY[name][1](6)
+    yt = tpu(rt, y)
+    out = rt.call1(f"aten::{name}_", yt)
+    assert out.same_storage(yt)
+    check(cpu(yt), fn(y), atol=1e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.25])
+def test_logit_eps(rt, eps):
+    x = torch.tensor([0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0, float("nan"), -1.0])
+    check(call(rt, "aten::logit", x, eps), torch.logit(x, eps), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2", "xlogy"])
+def test_special_binary(rt, name, dtype):
+    fn = getattr(torch, name)
+    a = (torch.randn(3, 1, 5) * 4).to(dtype)
+    b = (torch.rand(4, 1) * 5).to(dtype) if name == "xlogy" else (torch.randn(4, 1) * 4).to(dtype)
+    aten_name = "aten::xlogy.Tensor" if name == "xlogy" else f"aten::{name}"
+    check(call(rt, aten_name, a, b), ref(fn, dtype, a, b), **tol_for(dtype, 2e-5))
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2", "xlogy"])
+def test_special_binary_specials(rt, name):
+    v = [0.0, -0.0, 1.0, -1.0, 100.0, -100.0, float("inf"), float("-inf"), float("nan")]
+    a = torch.tensor(v).repeat_interleave(len(v))
+    b = torch.tensor(v).repeat(len(v))
+    fn = getattr(torch, name)
+    aten_name = "aten::xlogy.Tensor" if name == "xlogy" else f"aten::{name}"
+    check(call(rt, aten_name, a, b), fn(a, b), atol=1e-6, rtol=1e-6)
+
+
+def test_xlogy_overloads_and_ints(rt):
+    x = torch.tensor([0, 1, 2, 3])
+    y = torch.tensor([0.0, 2.0, float("nan"), 0.5])
+    check(call(rt, "aten::xlogy.Tensor", x, torch.tensor([1, 2, 3, 0])), torch.xlogy(x, torch.tensor([1, 2, 3, 0])))
+    check(call(rt, "aten::xlogy.Scalar_Other", y, 3.0), torch.xlogy(y, 3.0))
+    check(call(rt, "aten::xlogy.Scalar_Self", 2.0, y), torch.xlogy(2.0, y))
+    yt = tpu(rt, y)
+    rt.call("aten::xlogy_.Tensor", yt, tpu(rt, torch.tensor([2.0, 2.0, 2.0, 2.0])))
+    check(cpu(yt), torch.xlogy(y, torch.tensor(2.0)))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="logaddexp"):
+        call(rt, "aten::logaddexp", x, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.uint8])
+def test_classify(rt, dtype):
+    if dtype.is_floating_point:
+        x = torch.tensor([0.0, -0.0, 1.0, -2.0, float("inf"), float("-inf"), float("nan"), -float("nan")], dtype=dtype)
+    else:
+        x = torch.tensor([0, 1, 5, 200], dtype=dtype) if dtype == torch.uint8 else torch.tensor([0, -1, 5, -7], dtype=dtype)
+    for name in ["signbit", "isposinf", "isneginf"]:
+        check(call(rt, f"aten::{name}", x), getattr(torch, name)(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("args", [(), (1.5,), (1.5, 100.0), (None, None, -7.0), (2.0, 1e30, -1e30)])
+def test_nan_to_num(rt, dtype, args):
+    x = torch.tensor([0.0, 1.5, -2.0, float("inf"), float("-inf"), float("nan")], dtype=dtype)
+    check(call(rt, "aten::nan_to_num", x, *args), torch.nan_to_num(x, *args))
+    xt = tpu(rt, x)
+    rt.call("aten::nan_to_num_", xt, *args)
+    check(cpu(xt), torch.nan_to_num(x, *args))
+
+
+def test_nan_to_num_ints(rt):
+    x = torch.tensor([1, -2, 3])
+    check(call(rt, "aten::nan_to_num", x, 1.0), torch.nan_to_num(x, 1.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_heaviside(rt, dtype):
+    if dtype == torch.bool:
+        x = torch.tensor([True, False, False])
+        v = torch.tensor([False, True, False])
+    else:
+        x = torch.tensor([-1.5, 0.0, -0.0, 2.0, float("nan"), float("inf")]).to(dtype) if dtype.is_floating_point \
+            else torch.tensor([-3, 0, 4, 0])
+        v = torch.arange(x.numel()).to(dtype) * 2 - 3
+    check(call(rt, "aten::heaviside", x, v), torch.heaviside(x, v))
+    check(call(rt, "aten::heaviside", x.reshape(-1, 1), v), torch.heaviside(x.reshape(-1, 1), v))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="different dtypes"):
+        call(rt, "aten::heaviside", torch.ones(2), torch.ones(2, dtype=torch.float64))
