@@ -23,6 +23,7 @@ pub mod schema;
 mod shape_ops;
 mod sort;
 mod spatial;
+mod special;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -384,6 +385,7 @@ impl Registry {
         nn::register(&mut r);
         optim::register(&mut r);
         spatial::register(&mut r);
+        special::register(&mut r);
         copy::register(&mut r);
         r
     }

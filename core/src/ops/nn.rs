@@ -14,6 +14,7 @@ use crate::shape::{self, fmt};
 use super::common::{float_of, prepare, result_dtype, up, Ew};
 use super::{Args, Cx, Registry};
 
+mod act;
 mod grad;
 mod norm;
 
@@ -28,6 +29,7 @@ pub fn register(r: &mut Registry) {
     register_embedding(r);
     register_activations(r);
     register_backward(r);
+    act::register(r);
     grad::register(r);
     norm::register(r);
 }

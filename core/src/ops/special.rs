@@ -1,0 +1,321 @@
+//! Pointwise special functions and float classification: `logit`,
+//! `logaddexp(2)`, `xlogy`, `lgamma`, `digamma`, `sinc`, `i0`, `heaviside`,
+//! `nan_to_num`, `signbit`, `isposinf` / `isneginf`. Half-precision inputs
+//! compute in f32 and round once, as PyTorch's CPU kernels do.
+
+use crate::bail_op;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::hlo::{Cmp, Elem, Func, V};
+
+use super::common::{float_of, prepare, result_dtype, Ew};
+use super::{Args, Cx, Registry};
+
+pub fn register(r: &mut Registry) {
+    register_unary(r);
+    register_binary(r);
+    register_classify(r);
+}
+
+/// `body(x)` for a float result: integer inputs give the default float.
+fn float_unary(cx: &mut Cx, x: V, body: impl FnOnce(&mut Func, V) -> V) -> V {
+    let d = float_of(cx.dtype(x));
+    let xc = cx.f.convert(x, d.opmath());
+    let y = body(&mut cx.f, xc);
+    cx.f.convert(y, d)
+}
+
+/// `body(a, b)` on the promoted operands, as a float result.
+fn float_binary(cx: &mut Cx, a: &Args, name: &str, ints: bool, body: fn(&mut Func, V, V) -> V) -> Result<Vec<V>> {
+    let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
+    let d = result_dtype(cx, &xs);
+    if !ints && !d.is_float() {
+        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
+    }
+    let d = float_of(d);
+    let (vs, _) = prepare(cx, &xs, d.opmath())?;
+    let y = body(&mut cx.f, vs[0], vs[1]);
+    Ok(vec![cx.f.convert(y, d)])
+}
+
+/// Cephes' Chebyshev series evaluation (`chbevl`).
+fn chbevl(f: &mut Func, x: V, coeffs: &[f64]) -> V {
+    let mut b0 = f.full_like(x, coeffs[0]);
+    let mut b1 = f.full_like(x, 0.0);
+    let mut b2 = b1;
+    for &c in &coeffs[1..] {
+        b2 = b1;
+        b1 = b0;
+        let xb = f.mul(x, b1);
+        let t = f.sub(xb, b2);
+        let c = f.full_like(x, c);
+        b0 = f.add(t, c);
+    }
+    let d = f.sub(b0, b2);
+    let half = f.full_like(x, 0.5);
+    f.mul(half, d)
+}
+
+/// Chebyshev coefficients of `exp(-x) I0(x)` on [0, 8] (Cephes, as PyTorch).
+const I0E_A: [f64; 30] = [
+    -4.41534164647933937950E-18, 3.33079451882223809783E-17, -2.43127984654795469359E-16, 1.71539128555513303061E-15,
+    -1.16853328779934516808E-14, 7.67618549860493561688E-14, -4.85644678311192946090E-13, 2.95505266312963983461E-12,
+    -1.72682629144155570723E-11, 9.67580903537323691224E-11, -5.18979560163526290666E-10, 2.65982372468238665035E-9,
+    -1.30002500998624804212E-8, 6.04699502254191894932E-8, -2.67079385394061173391E-7, 1.11738753912010371815E-6,
+    -4.41673835845875056359E-6, 1.64484480707288970893E-5, -5.75419501008210370398E-5, 1.88502885095841655729E-4,
+    -5.76375574538582365885E-4, 1.63947561694133579842E-3, -4.32430999505057594430E-3, 1.05464603945949983183E-2,
+    -2.37374148058994688156E-2, 4.93052842396707084878E-2, -9.49010970480476444210E-2, 1.71620901522208775349E-1,
+    -3.04682672343198398683E-1, 6.76795274409476084995E-1,
+];
+/// Chebyshev coefficients of `exp(-x) sqrt(x) I0(x)` on (8, inf).
+const I0E_B: [f64; 25] = [
+    -7.23318048787475395456E-18, -4.83050448594418207126E-18, 4.46562142029675999901E-17, 3.46122286769746109310E-17,
+    -2.82762398051658348494E-16, -3.42548561967721913462E-16, 1.77256013305652638360E-15, 3.81168066935262242075E-15,
+    -9.55484669882830764870E-15, -4.15056934728722208663E-14, 1.54008621752140982691E-14, 3.85277838274214270114E-13,
+    7.18012445138366623367E-13, -1.79417853150680611778E-12, -1.32158118404477131188E-11, -3.14991652796324136454E-11,
+    1.18891471078464383424E-11, 4.94060238822496958910E-10, 3.39623202570838634515E-9, 2.26666899049817806459E-8,
+    2.04891858946906374183E-7, 2.89137052083475648297E-6, 6.88975834691682398426E-5, 3.36911647825569408990E-3,
+    8.04490411014108831608E-1,
+];
+
+fn i0(f: &mut Func, x: V) -> V {
+    let x = f.unary("stablehlo.abs", x);
+    let e = f.unary("stablehlo.exponential", x);
+    let half = f.full_like(x, 0.5);
+    let two = f.full_like(x, 2.0);
+    let eight = f.full_like(x, 8.0);
+    // x <= 8: exp(x) chbevl(x / 2 - 2, A)
+    let ya = f.mul(x, half);
+    let ya = f.sub(ya, two);
+    let a = chbevl(f, ya, &I0E_A);
+    let a = f.mul(e, a);
+    // x > 8: exp(x) chbevl(32 / x - 2, B) / sqrt(x)
+    let c32 = f.full_like(x, 32.0);
+    let yb = f.div(c32, x);
+    let yb = f.sub(yb, two);
+    let b = chbevl(f, yb, &I0E_B);
+    let b = f.mul(e, b);
+    let sq = f.unary("stablehlo.sqrt", x);
+    let b = f.div(b, sq);
+    let small = f.compare(Cmp::Le, x, eight);
+    f.select(small, a, b)
+}
+
+fn register_unary(r: &mut Registry) {
+    r.op_and_inplace("aten::logit(Tensor self, float? eps=None) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let eps = a.opt_float(1);
+        Ok(vec![float_unary(cx, x, |f, x| {
+            // With eps, x is clamped to [eps, 1 - eps] first (NaN stays NaN).
+            let x = match eps {
+                Some(e) => {
+                    let lo = f.full_like(x, e);
+                    let hi = f.full_like(x, 1.0 - e);
+                    let below = f.compare(Cmp::Lt, x, lo);
+                    let above = f.compare(Cmp::Gt, x, hi);
+                    let y = f.select(below, lo, x);
+                    f.select(above, hi, y)
+                }
+                None => x,
+            };
+            let one = f.full_like(x, 1.0);
+            let omx = f.sub(one, x);
+            let q = f.div(x, omx);
+            f.unary("stablehlo.log", q)
+        })])
+    });
+    r.op_and_inplace("aten::lgamma(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, |f, x| {
+            let y = f.unary("chlo.lgamma", x);
+            // Poles (0 and the negative integers) are +inf, as C's lgamma.
+            let fl = f.unary("stablehlo.floor", x);
+            let int = f.compare(Cmp::Eq, fl, x);
+            let zero = f.full_like(x, 0.0);
+            let nonpos = f.compare(Cmp::Le, x, zero);
+            let pole = f.and(int, nonpos);
+            let inf = f.full_like(x, f64::INFINITY);
+            f.select(pole, inf, y)
+        })])
+    });
+    r.op_and_inplace("aten::digamma(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, |f, x| {
+            let y = f.unary("chlo.digamma", x);
+            // PyTorch: digamma(±0) = ∓inf, NaN at the negative integers.
+            let zero = f.full_like(x, 0.0);
+            let is_zero = f.compare(Cmp::Eq, x, zero);
+            let inf = f.full_like(x, f64::INFINITY);
+            let ninf = f.full_like(x, f64::NEG_INFINITY);
+            let one = f.full_like(x, 1.0);
+            let r = f.div(one, x);
+            let neg_zero = f.compare(Cmp::Lt, r, zero);
+            let z = f.select(neg_zero, inf, ninf);
+            let fl = f.unary("stablehlo.floor", x);
+            let int = f.compare(Cmp::Eq, fl, x);
+            let neg = f.compare(Cmp::Lt, x, zero);
+            let pole = f.and(int, neg);
+            let nan = f.full_like(x, f64::NAN);
+            let y = f.select(pole, nan, y);
+            f.select(is_zero, z, y)
+        })])
+    });
+    r.op_and_inplace("aten::sinc(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, |f, x| {
+            // x == 0 ? 1 : sin(pi x) / (pi x)
+            let pi = f.full_like(x, std::f64::consts::PI);
+            let p = f.mul(pi, x);
+            let s = f.unary("stablehlo.sine", p);
+            let q = f.div(s, p);
+            let zero = f.full_like(x, 0.0);
+            let one = f.full_like(x, 1.0);
+            let z = f.compare(Cmp::Eq, x, zero);
+            f.select(z, one, q)
+        })])
+    });
+    r.op_and_inplace("aten::i0(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, i0)])
+    });
+}
+
+/// `x log(y)`, 0 where x == 0 unless y is NaN.
+fn xlogy(f: &mut Func, x: V, y: V) -> V {
+    let l = f.unary("stablehlo.log", y);
+    let p = f.mul(x, l);
+    let zero = f.full_like(x, 0.0);
+    let x0 = f.compare(Cmp::Eq, x, zero);
+    let p = f.select(x0, zero, p);
+    let ynan = f.compare(Cmp::Ne, y, y);
+    f.select(ynan, y, p)
+}
+
+/// `max + log1p(exp(-|a - b|))` (base e) or its base-2 form; equal infinities
+/// give themselves (their difference is NaN).
+fn logaddexp(f: &mut Func, a: V, b: V, base2: bool) -> V {
+    let m = f.max(a, b);
+    let d = f.sub(a, b);
+    let d = f.unary("stablehlo.abs", d);
+    let nd = f.neg(d);
+    let t = if base2 {
+        let two = f.full_like(a, 2.0);
+        let e = f.binary("stablehlo.power", two, nd);
+        let l = f.unary("stablehlo.log_plus_one", e);
+        let c = f.full_like(a, std::f64::consts::LOG2_E);
+        f.mul(l, c)
+    } else {
+        let e = f.unary("stablehlo.exponential", nd);
+        f.unary("stablehlo.log_plus_one", e)
+    };
+    let y = f.add(m, t);
+    let inf = f.full_like(a, f64::INFINITY);
+    let ab = f.unary("stablehlo.abs", a);
+    let a_inf = f.compare(Cmp::Eq, ab, inf);
+    let same = f.compare(Cmp::Eq, a, b);
+    let both = f.and(a_inf, same);
+    f.select(both, a, y)
+}
+
+fn register_binary(r: &mut Registry) {
+    r.op_and_inplace("aten::xlogy.Tensor(Tensor self, Tensor other) -> Tensor", |cx, a| {
+        float_binary(cx, a, "xlogy", true, xlogy)
+    });
+    r.op_and_inplace("aten::xlogy.Scalar_Other(Tensor self, Scalar other) -> Tensor", |cx, a| {
+        float_binary(cx, a, "xlogy", true, xlogy)
+    });
+    r.op("aten::xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor", |cx, a| float_binary(cx, a, "xlogy", true, xlogy));
+    r.op("aten::logaddexp(Tensor self, Tensor other) -> Tensor", |cx, a| {
+        float_binary(cx, a, "logaddexp_cpu", false, |f, a, b| logaddexp(f, a, b, false))
+    });
+    r.op("aten::logaddexp2(Tensor self, Tensor other) -> Tensor", |cx, a| {
+        float_binary(cx, a, "logaddexp2_cpu", false, |f, a, b| logaddexp(f, a, b, true))
+    });
+    r.op_and_inplace("aten::heaviside(Tensor self, Tensor values) -> Tensor", |cx, a| {
+        let (x, v) = (a.tensor(0)?, a.tensor(1)?);
+        let d = cx.dtype(x);
+        if cx.dtype(v) != d {
+            bail_op!(&*cx.op, "heaviside is not yet implemented for tensors with different dtypes");
+        }
+        let (vs, _) = prepare(cx, &[Ew::T(x), Ew::T(v)], d)?;
+        let f = &mut cx.f;
+        let zero = f.full_like(vs[0], 0.0);
+        let is0 = f.compare(Cmp::Eq, vs[0], zero);
+        let pos = f.compare(Cmp::Gt, vs[0], zero);
+        let pos = f.convert(pos, d);
+        Ok(vec![f.select(is0, vs[1], pos)])
+    });
+}
+
+/// A bool tensor of `x`'s shape, all `value`.
+fn all_bool(cx: &mut Cx, x: V, value: bool) -> V {
+    let z = cx.f.full_like(x, 0.0);
+    cx.f.compare(if value { Cmp::Eq } else { Cmp::Ne }, z, z)
+}
+
+/// The largest finite value of a float type.
+fn max_finite(d: DType) -> f64 {
+    match d {
+        DType::F16 => 65504.0,
+        DType::BF16 => 3.3895313892515355e38,
+        DType::F32 => f32::MAX as f64,
+        _ => f64::MAX,
+    }
+}
+
+fn register_classify(r: &mut Registry) {
+    for (name, sign) in [("isposinf", 1.0), ("isneginf", -1.0)] {
+        r.op(&format!("aten::{name}(Tensor self) -> Tensor"), move |cx, a| {
+            let x = a.tensor(0)?;
+            if !cx.dtype(x).is_float() {
+                return Ok(vec![all_bool(cx, x, false)]);
+            }
+            let inf = cx.f.full_like(x, sign * f64::INFINITY);
+            Ok(vec![cx.f.compare(Cmp::Eq, x, inf)])
+        });
+    }
+    r.op("aten::signbit(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let d = cx.dtype(x);
+        if d.is_float() {
+            // The sign bit itself: -0.0 and negative NaNs count.
+            let (wide, int) = if d == DType::F64 { (Elem::F64, Elem::I64) } else { (Elem::F32, Elem::I32) };
+            let w = cx.f.convert(x, wide);
+            let bits = cx.f.bitcast_convert(w, int);
+            let zero = cx.f.full_like(bits, 0.0);
+            return Ok(vec![cx.f.compare(Cmp::Lt, bits, zero)]);
+        }
+        if cx.ty(x).elem.is_unsigned() {
+            return Ok(vec![all_bool(cx, x, false)]);
+        }
+        let zero = cx.f.full_like(x, 0.0);
+        Ok(vec![cx.f.compare(Cmp::Lt, x, zero)])
+    });
+    r.op_and_inplace(
+        "aten::nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor",
+        |cx, a| {
+            let x = a.tensor(0)?;
+            let d = cx.dtype(x);
+            if !d.is_float() {
+                return Ok(vec![x]);
+            }
+            let big = max_finite(d);
+            let nan = a.opt_float(1).unwrap_or(0.0);
+            let pinf = a.opt_float(2).unwrap_or(big);
+            let ninf = a.opt_float(3).unwrap_or(-big);
+            // The replacements are values of x's dtype, as PyTorch casts them.
+            let f = &mut cx.f;
+            let nv = f.full_like(x, nan);
+            let pv = f.full_like(x, pinf);
+            let mv = f.full_like(x, ninf);
+            let inf = f.full_like(x, f64::INFINITY);
+            let minf = f.full_like(x, f64::NEG_INFINITY);
+            let is_nan = f.compare(Cmp::Ne, x, x);
+            let is_p = f.compare(Cmp::Eq, x, inf);
+            let is_m = f.compare(Cmp::Eq, x, minf);
+            let y = f.select(is_nan, nv, x);
+            let y = f.select(is_p, pv, y);
+            Ok(vec![f.select(is_m, mv, y)])
+        },
+    );
+}
