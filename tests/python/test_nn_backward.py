@@ -286,10 +286,10 @@ def test_batch_norm_legit(rt, shape, dtype, pdtype, training):
     from conftest import cpu, tpu
     trm, trv = tpu(rt, rm), tpu(rt, rv)
     out = rt.call("aten::_native_batch_norm_legit", tpu(rt, x), tpu(rt, w), tpu(rt, b), trm, trv, training, 0.1, 1e-5)
-    # bf16 input with f32 parameters: PyTorch's CPU kernel folds the affine
-    # terms differently, so an output near zero may differ by one bf16 ulp
-    # of the (larger) intermediate terms: about 0.03 for values of 4 to 8.
-    tol = tol_for(dtype, 1e-5) if dtype == pdtype else {"atol": 4e-2, "rtol": 1.6e-2}
+    # bf16 input: PyTorch's CPU kernel folds the affine terms differently, so
+    # an output near zero may differ by one bf16 ulp of the (larger)
+    # intermediate terms: about 0.03 for values of 4 to 8.
+    tol = tol_for(dtype, 1e-5) if dtype == torch.float32 else {"atol": 4e-2, "rtol": 1.6e-2}
     check_all([cpu(t) for t in out], want, **tol)
     check(cpu(trm), want_rm, **tol_for(pdtype, 1e-5))
     check(cpu(trv), want_rv, **tol_for(pdtype, 1e-5))
