@@ -63,6 +63,22 @@ fn lowest(f: &mut Func, elem: Elem) -> V {
     }
 }
 
+/// A loss tensor (opmath) reduced as `reduction` says (1 mean, 2 sum), in
+/// the result type `d`.
+pub(super) fn reduce_loss(cx: &mut Cx, l: V, dims: &[i64], reduction: i64, d: DType) -> Result<V> {
+    let all: Vec<usize> = (0..dims.len()).collect();
+    let total = sum(cx, l, &all);
+    let out = match reduction {
+        1 => {
+            let n = cx.f.full_like(total, shape::numel(dims) as f64);
+            cx.f.div(total, n)
+        }
+        2 => total,
+        other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
+    };
+    Ok(cx.f.convert(out, d))
+}
+
 /// Embedding indices must be int64 or int32 (PyTorch's message).
 pub(super) fn check_indices(cx: &Cx, idx: V) -> Result<()> {
     let it = cx.dtype(idx);
@@ -1060,17 +1076,7 @@ fn register_mse(r: &mut Registry) {
             return Ok(vec![sq]);
         }
         let sq = cx.f.convert(sq, d.opmath());
-        let all: Vec<usize> = (0..dims.len()).collect();
-        let total = sum(cx, sq, &all);
-        let out = match reduction {
-            1 => {
-                let n = cx.f.full_like(total, shape::numel(&dims) as f64);
-                cx.f.div(total, n)
-            }
-            2 => total,
-            other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
-        };
-        Ok(vec![cx.f.convert(out, d)])
+        Ok(vec![reduce_loss(cx, sq, &dims, reduction, d)?])
     });
     r.op("aten::mse_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction) -> Tensor", |cx, a| {
         let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?];

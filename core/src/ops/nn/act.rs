@@ -11,7 +11,7 @@ use crate::ops::common::{float_of, prepare, result_dtype, up, Ew};
 use crate::ops::{Args, Cx, Registry};
 use crate::shape;
 
-use super::{activation, sum};
+use super::activation;
 
 pub(super) fn register(r: &mut Registry) {
     register_losses(r);
@@ -81,17 +81,7 @@ fn pointwise_loss(cx: &mut Cx, a: &Args, name: &str, param: &str, body: LossBody
         return Ok(vec![l]);
     }
     let l = cx.f.convert(l, d.opmath());
-    let all: Vec<usize> = (0..dims.len()).collect();
-    let total = sum(cx, l, &all);
-    let out = match reduction {
-        1 => {
-            let n = cx.f.full_like(total, shape::numel(&dims) as f64);
-            cx.f.div(total, n)
-        }
-        2 => total,
-        other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
-    };
-    Ok(vec![cx.f.convert(out, d)])
+    Ok(vec![super::reduce_loss(cx, l, &dims, reduction, d)?])
 }
 
 /// The backward of a pointwise loss: `x = self - target`, `n` the reduction
