@@ -126,6 +126,18 @@ pub enum Error {
     #[error("{0}")]
     FailedPrecondition(String),
 
+    // --- WebAssembly plugins ------------------------------------------------
+    /// A WebAssembly plugin failed while lowering `op` or deciding a fusion
+    /// cut. `kind` says how; the plugin is discarded and reinstantiated, so
+    /// the runtime and the other plugins are unaffected.
+    #[error("plugin '{plugin}'{}: {kind}: {message}", op.as_ref().map(|o| format!(" (op {o})")).unwrap_or_default())]
+    WasmPlugin { plugin: String, op: Option<String>, kind: PluginFailure, message: String },
+
+    /// A `.wasm` file that was not loaded (bad manifest, ABI version,
+    /// duplicate name, forbidden import, ...). The other files still load.
+    #[error("plugin file {path}: {message}")]
+    WasmPluginRejected { path: String, message: String },
+
     /// An error from the device while running `op` (keeps the inner code).
     #[error("{op}: {source}")]
     InOp { op: String, source: Box<Error> },
@@ -154,13 +166,15 @@ impl Error {
             Error::Internal(_) => Code::Internal,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::InOp { source, .. } => source.code(),
+            Error::WasmPlugin { kind, .. } => kind.code(),
+            Error::WasmPluginRejected { .. } => Code::InvalidArgument,
         }
     }
 
     /// Attributes an error from the device to `op`.
     pub fn in_op(self, op: &str) -> Error {
         match self {
-            e @ (Error::Op { .. } | Error::InOp { .. } | Error::Compile { .. }) => e,
+            e @ (Error::Op { .. } | Error::InOp { .. } | Error::Compile { .. } | Error::WasmPlugin { .. }) => e,
             e => Error::InOp { op: op.to_string(), source: Box::new(e) },
         }
     }
@@ -168,6 +182,68 @@ impl Error {
     /// An argument error attributed to `op`.
     pub fn op(op: impl Into<String>, msg: impl Into<String>) -> Error {
         Error::Op { op: op.into(), msg: msg.into() }
+    }
+}
+
+/// How a WebAssembly plugin call failed. Each is a distinct, named error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PluginFailure {
+    /// The guest trapped: `unreachable`, a bad memory access, a stack
+    /// overflow, a Rust panic.
+    Trap,
+    /// The call used up its fuel (an endless loop, usually).
+    OutOfFuel,
+    /// The call ran past its wall-clock deadline.
+    Timeout,
+    /// The guest asked for more linear memory than its limit.
+    OutOfMemory,
+    /// The response was out of bounds, too large, not UTF-8, or not the
+    /// JSON the ABI defines.
+    InvalidOutput,
+    /// The StableHLO fragment broke the fragment rules or did not compile.
+    InvalidStableHlo,
+    /// The fragment's signature or declared outputs disagree with the
+    /// call's inputs or the op's schema.
+    SignatureMismatch,
+    /// The plugin itself reported an error (`{"err": ...}`), e.g. shapes it
+    /// does not support.
+    Reported,
+    /// The module could not be instantiated.
+    Instantiate,
+}
+
+impl PluginFailure {
+    pub fn name(self) -> &'static str {
+        match self {
+            PluginFailure::Trap => "trap",
+            PluginFailure::OutOfFuel => "out of fuel",
+            PluginFailure::Timeout => "timeout",
+            PluginFailure::OutOfMemory => "out of memory",
+            PluginFailure::InvalidOutput => "invalid output",
+            PluginFailure::InvalidStableHlo => "invalid StableHLO",
+            PluginFailure::SignatureMismatch => "signature mismatch",
+            PluginFailure::Reported => "error",
+            PluginFailure::Instantiate => "instantiation failed",
+        }
+    }
+
+    pub fn code(self) -> Code {
+        match self {
+            PluginFailure::Trap => Code::Aborted,
+            PluginFailure::OutOfFuel | PluginFailure::Timeout => Code::DeadlineExceeded,
+            PluginFailure::OutOfMemory => Code::ResourceExhausted,
+            PluginFailure::Reported => Code::InvalidArgument,
+            PluginFailure::InvalidOutput
+            | PluginFailure::InvalidStableHlo
+            | PluginFailure::SignatureMismatch
+            | PluginFailure::Instantiate => Code::Internal,
+        }
+    }
+}
+
+impl fmt::Display for PluginFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

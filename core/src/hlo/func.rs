@@ -75,6 +75,8 @@ pub struct Func {
     params: Vec<V>,
     body: String,
     indent: usize,
+    /// Private functions the body calls (plugin fragments): symbol, text.
+    private: Vec<(String, std::sync::Arc<str>)>,
 }
 
 impl Default for Func {
@@ -85,7 +87,7 @@ impl Default for Func {
 
 impl Func {
     pub fn new() -> Func {
-        Func { types: Vec::new(), names: Vec::new(), params: Vec::new(), body: String::new(), indent: 4 }
+        Func { types: Vec::new(), names: Vec::new(), params: Vec::new(), body: String::new(), indent: 4, private: Vec::new() }
     }
 
     fn fresh(&mut self, ty: Ty, name: String) -> V {
@@ -174,6 +176,16 @@ impl Func {
         }
     }
 
+    /// Calls the private function `symbol`, defined by `text` (a complete
+    /// `func.func private @symbol`). The definition is added to the module
+    /// once, however often it is called.
+    pub fn call_private(&mut self, symbol: &str, text: &std::sync::Arc<str>, operands: &[V], results: &[Ty]) -> Vec<V> {
+        if !self.private.iter().any(|(s, _)| s == symbol) {
+            self.private.push((symbol.to_string(), text.clone()));
+        }
+        self.op("func.call", operands, &[], &format!("callee = @{symbol}"), results)
+    }
+
     fn op1(&mut self, name: &str, operands: &[V], attrs: &str, result: Ty) -> V {
         self.op(name, operands, &[], attrs, &[result])[0]
     }
@@ -187,6 +199,7 @@ impl Func {
             params: Vec::new(),
             body: String::new(),
             indent: self.indent + 4,
+            private: std::mem::take(&mut self.private),
         };
         let vs: Vec<V> = args.iter().map(|t| sub.param(t.clone())).collect();
         let results = build(&mut sub, &vs);
@@ -207,6 +220,7 @@ impl Func {
         let _ = write!(text, "{}}}", " ".repeat(self.indent));
         self.types = sub.types;
         self.names = sub.names;
+        self.private = sub.private;
         text
     }
 
@@ -251,7 +265,13 @@ impl Func {
             results.iter().map(|v| self.name(*v).to_string()).collect::<Vec<_>>().join(", "),
             results.iter().map(|v| self.ty(*v).to_string()).collect::<Vec<_>>().join(", ")
         );
-        s.push_str("  }\n}\n");
+        s.push_str("  }\n");
+        for (_, text) in &self.private {
+            // Verbatim: re-indenting could change a multi-line literal.
+            s.push_str(text);
+            s.push('\n');
+        }
+        s.push_str("}\n");
         s
     }
 

@@ -1,9 +1,9 @@
 //! Copies and casts: `clone`, `_to_copy` (dtype and device changes) and
 //! `copy_` (broadcasting, casting, across devices, through views).
 
-use super::Registry;
+use super::Builder;
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     r.op("aten::clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         // A read of the view is already a new value; copy it so the program

@@ -14,9 +14,9 @@ use crate::hlo::{Cmp, Elem, Ty, V};
 use crate::shape;
 use crate::tensor::{Scalar, Value};
 
-use super::{Args, Cx, Registry};
+use super::{Args, Cx, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_fill(r);
     register_ranges(r);
     register_random(r);
@@ -45,7 +45,7 @@ fn dtype_of_kind(k: ScalarKind) -> DType {
 
 // -------------------------------------------------------------------- fills
 
-fn register_fill(r: &mut Registry) {
+fn register_fill(r: &mut Builder) {
     r.op(&format!("aten::full(SymInt[] size, Scalar fill_value, *, {FACTORY}) -> Tensor"), |cx, a| {
         let size = a.ints(0)?;
         check_size(cx, size)?;
@@ -209,7 +209,7 @@ fn check_not_bool(cx: &Cx, d: DType) -> Result<()> {
     Ok(())
 }
 
-fn register_ranges(r: &mut Registry) {
+fn register_ranges(r: &mut Builder) {
     r.op(&format!("aten::arange(Scalar end, *, {FACTORY}) -> Tensor"), |cx, a| {
         Ok(vec![arange(cx, Scalar::Int(0), a.static_scalar(0)?, Scalar::Int(1), a.opt_dtype(1))?])
     })
@@ -462,7 +462,7 @@ fn randperm(cx: &mut Cx, n: i64, dtype: Option<DType>) -> Result<V> {
     Ok(cx.f.convert(perm, d))
 }
 
-fn register_random(r: &mut Registry) {
+fn register_random(r: &mut Builder) {
     // native_functions.yaml spells the default `dtype=long`; None means the same here.
     r.op(&format!("aten::randperm(SymInt n, *, {FACTORY}) -> Tensor"), |cx, a| {
         Ok(vec![randperm(cx, a.int(0)?, a.opt_dtype(1))?])

@@ -9,9 +9,9 @@ use crate::error::Result;
 use crate::hlo::{Cmp, Func, V};
 
 use super::common::{float_of, materialize, prepare, result_dtype, Ew};
-use super::{Cx, Registry};
+use super::{Cx, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_unary(r);
     register_binary(r);
     register_compare_logical(r);
@@ -29,7 +29,7 @@ enum UnaryOut {
 }
 
 /// Registers `aten::name(Tensor self) -> Tensor` and `aten::name_`.
-fn unary(r: &mut Registry, name: &str, out: UnaryOut, body: fn(&mut Func, V) -> V) {
+fn unary(r: &mut Builder, name: &str, out: UnaryOut, body: fn(&mut Func, V) -> V) {
     r.op_and_inplace(&format!("aten::{name}(Tensor self) -> Tensor"), move |cx, a| {
         let x = a.tensor(0)?;
         Ok(vec![apply_unary(cx, x, out, body)])
@@ -71,7 +71,7 @@ fn gelu(f: &mut Func, x: V, tanh: bool) -> V {
     f.mul(hx, t)
 }
 
-fn register_unary(r: &mut Registry) {
+fn register_unary(r: &mut Builder) {
     use UnaryOut::*;
     let table: &[(&str, UnaryOut, fn(&mut Func, V) -> V)] = &[
         ("neg", Same, |f, x| f.neg(x)),
@@ -247,7 +247,7 @@ fn apply_binary(cx: &mut Cx, a: Ew, b: Ew, out: Option<DType>, body: BinBody) ->
 }
 
 /// Registers the `.Tensor` and `.Scalar` overloads and their in-place forms.
-fn binary(r: &mut Registry, name: &str, body: BinBody) {
+fn binary(r: &mut Builder, name: &str, body: BinBody) {
     for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
         r.op_and_inplace(&format!("aten::{name}.{overload}(Tensor self, {ty} other) -> Tensor"), move |cx, a| {
             let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
@@ -257,7 +257,7 @@ fn binary(r: &mut Registry, name: &str, body: BinBody) {
 }
 
 /// `self ± alpha * other`.
-fn add_sub(r: &mut Registry, name: &'static str, sub: bool) {
+fn add_sub(r: &mut Builder, name: &'static str, sub: bool) {
     for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
         r.op_and_inplace(
             &format!("aten::{name}.{overload}(Tensor self, {ty} other, *, Scalar alpha=1) -> Tensor"),
@@ -373,7 +373,7 @@ fn divide(cx: &mut Cx, x: Ew, y: Ew, mode: Option<&str>) -> Result<V> {
     }
 }
 
-fn register_binary(r: &mut Registry) {
+fn register_binary(r: &mut Builder) {
     add_sub(r, "add", false);
     add_sub(r, "sub", true);
     r.op("aten::rsub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", |cx, a| {
@@ -611,7 +611,7 @@ fn clamp(cx: &mut Cx, x: Ew, lo: Option<Ew>, hi: Option<Ew>) -> Result<Vec<V>> {
 
 // ------------------------------------------------------- compare / logical
 
-fn register_compare_logical(r: &mut Registry) {
+fn register_compare_logical(r: &mut Builder) {
     for (name, dir) in [("eq", Cmp::Eq), ("ne", Cmp::Ne), ("lt", Cmp::Lt), ("le", Cmp::Le), ("gt", Cmp::Gt), ("ge", Cmp::Ge)] {
         for (overload, ty) in [("Tensor", "Tensor"), ("Scalar", "Scalar")] {
             r.op_and_inplace(&format!("aten::{name}.{overload}(Tensor self, {ty} other) -> Tensor"), move |cx, a| {

@@ -15,9 +15,9 @@ use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::shape::{self, Dims};
 
 use super::common::{materialize, Ew};
-use super::{Cx, Registry};
+use super::{Cx, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_dim_ops(r);
     register_advanced(r);
     register_masked(r);
@@ -361,7 +361,7 @@ fn index_add(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, alpha: super::ScalarRe
     Ok(cx.f.reshape(out, &xd))
 }
 
-fn register_dim_ops(r: &mut Registry) {
+fn register_dim_ops(r: &mut Builder) {
     r.op("aten::index_select(Tensor self, int dim, Tensor index) -> Tensor", |cx, a| {
         Ok(vec![index_select(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?)?])
     });
@@ -530,7 +530,7 @@ fn index_put(cx: &mut Cx, x: V, indices: &[Option<V>], values: V, accumulate: bo
     })
 }
 
-fn register_advanced(r: &mut Registry) {
+fn register_advanced(r: &mut Builder) {
     r.op("aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor", |cx, a| {
         let indices = a.opt_tensors(1)?.to_vec();
         Ok(vec![index(cx, a.tensor(0)?, &indices)?])
@@ -604,7 +604,7 @@ fn masked_scatter(cx: &mut Cx, x: V, mask: V, source: V) -> Result<V> {
     Ok(cx.f.reshape(out, &dims))
 }
 
-fn register_masked(r: &mut Registry) {
+fn register_masked(r: &mut Builder) {
     r.op_and_inplace("aten::masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", |cx, a| {
         Ok(vec![masked_scatter(cx, a.tensor(0)?, a.tensor(1)?, a.tensor(2)?)?])
     });
@@ -692,7 +692,7 @@ fn select_scatter(cx: &mut Cx, x: V, src: V, dim: i64, index: i64) -> Result<V> 
     Ok(embed_slice(cx, x, src, d, i, 1))
 }
 
-fn register_slice_scatter(r: &mut Registry) {
+fn register_slice_scatter(r: &mut Builder) {
     r.op(
         "aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor",
         |cx, a| Ok(vec![slice_scatter(cx, a.tensor(0)?, a.tensor(1)?, a.int(2)?, a.opt_int(3), a.opt_int(4), a.int(5)?)?]),

@@ -11,9 +11,9 @@ use crate::error::Result;
 use crate::hlo::{Cmp, V};
 use crate::shape;
 
-use super::{Cx, Registry, ScalarRef};
+use super::{Cx, Builder, ScalarRef};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_products(r);
     register_fused(r);
 }
@@ -223,7 +223,7 @@ fn linear(cx: &mut Cx, x: V, w: V, bias: Option<V>) -> Result<V> {
     Ok(cx.f.convert(s, d))
 }
 
-fn register_products(r: &mut Registry) {
+fn register_products(r: &mut Builder) {
     r.op("aten::mm(Tensor self, Tensor mat2) -> Tensor", |cx, a| {
         let (x, y) = (a.tensor(0)?, a.tensor(1)?);
         let d = check_mm(cx, x, y)?;
@@ -297,7 +297,7 @@ fn fused(cx: &mut Cx, input: V, product: V, beta: ScalarRef, alpha: ScalarRef, d
     Ok(cx.f.convert(s, d))
 }
 
-fn register_fused(r: &mut Registry) {
+fn register_fused(r: &mut Builder) {
     r.op_and_inplace(
         "aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
         |cx, a| {

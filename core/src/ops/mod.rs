@@ -28,6 +28,8 @@ mod special;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use parking_lot::RwLock;
+
 use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
 use crate::hlo::{Elem, Func, Ty, V};
@@ -310,9 +312,27 @@ pub struct OpDef {
     /// `float` arguments passed as runtime scalars, like `Scalar`s: a new
     /// value (an optimizer's learning rate) does not recompile.
     runtime_floats: Vec<usize>,
+    /// The plugin that provides the op (None for built-in ops).
+    pub plugin: Option<Arc<str>>,
 }
 
 impl OpDef {
+    /// An op with default flags.
+    pub fn new(schema: Schema, lower: Arc<LowerFn>) -> OpDef {
+        let c_name = std::ffi::CString::new(schema.name.clone()).expect("op names have no NUL");
+        OpDef {
+            schema,
+            c_name,
+            lower,
+            view: None,
+            static_scalars: false,
+            any_cast: false,
+            cross_device: false,
+            runtime_floats: Vec::new(),
+            plugin: None,
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.schema.name
     }
@@ -334,13 +354,14 @@ impl OpDef {
     }
 }
 
-/// All ops, by name.
-pub struct Registry {
+/// Collects the built-in ops while the registry is made. Needs exclusive
+/// access.
+pub struct Builder {
     ops: Vec<OpDef>,
     by_name: HashMap<String, usize>,
 }
 
-/// Builder handle returned by [`Registry::op`] to set flags.
+/// Builder handle returned by [`Builder::op`] to set flags.
 pub struct OpEntry<'r>(&'r mut OpDef);
 
 impl OpEntry<'_> {
@@ -372,24 +393,7 @@ impl OpEntry<'_> {
     }
 }
 
-impl Registry {
-    fn new() -> Registry {
-        let mut r = Registry { ops: Vec::new(), by_name: HashMap::new() };
-        creation::register(&mut r);
-        elementwise::register(&mut r);
-        reduce::register(&mut r);
-        linalg::register(&mut r);
-        shape_ops::register(&mut r);
-        index::register(&mut r);
-        sort::register(&mut r);
-        nn::register(&mut r);
-        optim::register(&mut r);
-        spatial::register(&mut r);
-        special::register(&mut r);
-        copy::register(&mut r);
-        r
-    }
-
+impl Builder {
     /// Registers an op from its aten declaration. Panics on a malformed
     /// declaration or a duplicate: both are bugs in this crate.
     pub fn op(
@@ -400,24 +404,14 @@ impl Registry {
         self.op_shared(decl, Arc::new(lower))
     }
 
-    /// As [`Registry::op`] with a lowering shared by several declarations
+    /// As [`Builder::op`] with a lowering shared by several declarations
     /// (a functional op and its in-place variant).
     pub fn op_shared(&mut self, decl: &str, lower: Arc<LowerFn>) -> OpEntry<'_> {
         let schema = Schema::parse(decl).unwrap_or_else(|e| panic!("{e}"));
         let name = schema.name.clone();
         assert!(!self.by_name.contains_key(&name), "op {name} registered twice");
         self.by_name.insert(name, self.ops.len());
-        let c_name = std::ffi::CString::new(schema.name.clone()).expect("op names have no NUL");
-        self.ops.push(OpDef {
-            schema,
-            c_name,
-            lower,
-            view: None,
-            static_scalars: false,
-            any_cast: false,
-            cross_device: false,
-            runtime_floats: Vec::new(),
-        });
+        self.ops.push(OpDef::new(schema, lower));
         OpEntry(self.ops.last_mut().unwrap())
     }
 
@@ -432,38 +426,90 @@ impl Registry {
         self.op_shared(decl, lower.clone());
         self.op_shared(&inplace_decl(decl), lower);
     }
+}
 
-    pub fn get(&self, id: usize) -> &OpDef {
-        &self.ops[id]
+/// All ops, by name: the built-in aten ops, then the ops of loaded plugins.
+///
+/// Thread-safe. Ops are only ever added (plugins stay loaded for the life of
+/// the process), so an op id and the `&'static OpDef` it names stay valid.
+pub struct Registry {
+    ops: RwLock<Vec<&'static OpDef>>,
+    by_name: RwLock<HashMap<String, usize>>,
+}
+
+impl Registry {
+    fn new() -> Registry {
+        let mut b = Builder { ops: Vec::new(), by_name: HashMap::new() };
+        creation::register(&mut b);
+        elementwise::register(&mut b);
+        reduce::register(&mut b);
+        linalg::register(&mut b);
+        shape_ops::register(&mut b);
+        index::register(&mut b);
+        sort::register(&mut b);
+        nn::register(&mut b);
+        optim::register(&mut b);
+        spatial::register(&mut b);
+        special::register(&mut b);
+        copy::register(&mut b);
+        // The built-in table lives as long as the process (it is the static
+        // registry's), so leaking it gives every op a `'static` address.
+        let ops: &'static [OpDef] = Vec::leak(b.ops);
+        Registry { ops: RwLock::new(ops.iter().collect()), by_name: RwLock::new(b.by_name) }
+    }
+
+    /// Adds ops defined at run time (a plugin's), all or none: a name that is
+    /// already registered is an error and adds nothing.
+    pub fn add(&self, defs: Vec<OpDef>) -> Result<()> {
+        let mut ops = self.ops.write();
+        let mut by_name = self.by_name.write();
+        let mut seen = std::collections::HashSet::new();
+        for d in &defs {
+            if by_name.contains_key(d.name()) || !seen.insert(d.name()) {
+                return Err(Error::InvalidArgument(format!("op {} is already registered", d.name())));
+            }
+        }
+        for d in defs {
+            by_name.insert(d.name().to_string(), ops.len());
+            // Registered ops are never removed (their ids stay valid).
+            ops.push(Box::leak(Box::new(d)));
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, id: usize) -> &'static OpDef {
+        self.ops.read()[id]
     }
 
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.ops.read().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.read().is_empty()
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.ops.iter().map(|o| o.name())
+    pub fn names(&self) -> Vec<&'static str> {
+        self.ops.read().iter().map(|o| o.name()).collect()
     }
 
     /// Finds an op by full name; `aten::relu` also matches an op registered
     /// without an overload name.
     pub fn lookup(&self, name: &str) -> Result<usize> {
-        if let Some(&i) = self.by_name.get(name) {
+        if let Some(&i) = self.by_name.read().get(name) {
             return Ok(i);
         }
+        let names = self.names();
         let base = name.split('.').next().unwrap_or(name);
-        let overloads: Vec<&str> =
-            self.names().filter(|n| n.split('.').next() == Some(base)).collect();
+        let overloads: Vec<&str> = names.iter().copied().filter(|n| n.split('.').next() == Some(base)).collect();
         let hint = if !overloads.is_empty() {
             format!("; overloads of {base}: {}", overloads.join(", "))
-        } else if let Some(near) = self.names().min_by_key(|n| edit_distance(n, name)).filter(|n| edit_distance(n, name) <= 3) {
+        } else if let Some(near) =
+            names.iter().min_by_key(|n| edit_distance(n, name)).filter(|n| edit_distance(n, name) <= 3)
+        {
             format!("; did you mean {near}?")
         } else {
-            format!(" ({} ops are registered; ttpu_op_list / Registry::names lists them)", self.ops.len())
+            format!(" ({} ops are registered; ttpu_op_list / Registry::names lists them)", names.len())
         };
         Err(Error::UnknownOp { name: name.to_string(), hint })
     }

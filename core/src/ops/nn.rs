@@ -12,13 +12,13 @@ use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::shape::{self, fmt};
 
 use super::common::{float_of, prepare, result_dtype, up, Ew};
-use super::{Args, Cx, Registry};
+use super::{Args, Cx, Builder};
 
 mod act;
 mod grad;
 mod norm;
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_softmax(r);
     register_layer_norm(r);
     register_convolution(r);
@@ -162,7 +162,7 @@ fn softmax_out(cx: &Cx, x: V, half_to_float: bool) -> Result<DType> {
     Ok(DType::F32)
 }
 
-fn register_softmax(r: &mut Registry) {
+fn register_softmax(r: &mut Builder) {
     for (name, log) in [("softmax", false), ("log_softmax", true)] {
         r.op(&format!("aten::_{name}(Tensor self, int dim, bool half_to_float) -> Tensor"), move |cx, a| {
             let x = a.tensor(0)?;
@@ -179,7 +179,7 @@ fn register_softmax(r: &mut Registry) {
 
 // --------------------------------------------------------------- layer norm
 
-fn register_layer_norm(r: &mut Registry) {
+fn register_layer_norm(r: &mut Builder) {
     r.op(
         "aten::native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) \
          -> (Tensor, Tensor, Tensor)",
@@ -448,7 +448,7 @@ fn convolution(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     Ok(vec![cx.f.convert(y, d)])
 }
 
-fn register_convolution(r: &mut Registry) {
+fn register_convolution(r: &mut Builder) {
     r.op(
         "aten::convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, \
          SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups) -> Tensor",
@@ -670,7 +670,7 @@ fn max_pool_with_indices(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
     Ok(out)
 }
 
-fn register_pooling(r: &mut Registry) {
+fn register_pooling(r: &mut Builder) {
     r.op(
         "aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, \
          int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)",
@@ -837,7 +837,7 @@ fn avg_pool(
 
 // ------------------------------------------------------------------ dropout
 
-fn register_dropout(r: &mut Registry) {
+fn register_dropout(r: &mut Builder) {
     r.op("aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)", |cx, a| {
         let x = a.tensor(0)?;
         let p = a.float(1)?;
@@ -963,7 +963,7 @@ fn nll_checks(cx: &Cx, x: V, t: V, weight: Option<V>, classes: i64) -> Result<DT
     require_float(cx, x, "nll_loss")
 }
 
-fn register_loss(r: &mut Registry) {
+fn register_loss(r: &mut Builder) {
     r.op(
         "aten::nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction, SymInt ignore_index) \
          -> (Tensor output, Tensor total_weight)",
@@ -1060,7 +1060,7 @@ fn round_to(cx: &mut Cx, v: V, d: DType) -> V {
     cx.f.convert(r, d.opmath())
 }
 
-fn register_mse(r: &mut Registry) {
+fn register_mse(r: &mut Builder) {
     r.op("aten::mse_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor", |cx, a| {
         let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
         let reduction = a.int(2)?;
@@ -1104,7 +1104,7 @@ fn register_mse(r: &mut Registry) {
 
 // ---------------------------------------------------------------- embedding
 
-fn register_embedding(r: &mut Registry) {
+fn register_embedding(r: &mut Builder) {
     r.op(
         "aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, \
          bool sparse=False) -> Tensor",
@@ -1134,7 +1134,7 @@ type ActBody = fn(&mut Func, V, &[V]) -> V;
 /// Registers an activation whose trailing arguments are runtime scalars; with
 /// `inplace`, also its `aten::name_` form. Only `ints` activations accept
 /// integer tensors (`hardtanh` is a clamp).
-fn activation(r: &mut Registry, decl: &'static str, inplace: bool, ints: bool, body: ActBody) {
+fn activation(r: &mut Builder, decl: &'static str, inplace: bool, ints: bool, body: ActBody) {
     let lower = move |cx: &mut Cx, a: &Args| -> Result<Vec<V>> {
         let x = a.tensor(0)?;
         let name = cx.op.trim_start_matches("aten::").to_string();
@@ -1172,7 +1172,7 @@ fn hardsigmoid(f: &mut Func, x: V) -> V {
     f.div(s, six)
 }
 
-fn register_activations(r: &mut Registry) {
+fn register_activations(r: &mut Builder) {
     activation(
         r,
         "aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
@@ -1325,7 +1325,7 @@ fn softmax_backward(cx: &mut Cx, a: &Args, log: bool) -> Result<Vec<V>> {
     Ok(vec![cx.f.convert(y, input_dtype)])
 }
 
-fn register_backward(r: &mut Registry) {
+fn register_backward(r: &mut Builder) {
     r.op("aten::threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor", |cx, a| {
         let (g, s) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
         let th = a.scalar(2)?;

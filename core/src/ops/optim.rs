@@ -22,9 +22,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, V};
 
-use super::{Args, Cx, Input, Registry};
+use super::{Args, Cx, Input, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     const ADAM_ARGS: &str = "(Tensor(a!)[] self, Tensor(b!)[] grads, Tensor(c!)[] exp_avgs, Tensor(d!)[] exp_avg_sqs, \
          Tensor(e!)[] max_exp_avg_sqs, Tensor[] state_steps, *, LR lr, float beta1, float beta2, float weight_decay, \
          float eps, bool amsgrad, bool maximize, Tensor? grad_scale=None, Tensor? found_inf=None) -> ()";

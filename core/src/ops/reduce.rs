@@ -14,9 +14,9 @@ use crate::shape;
 use crate::tensor::Scalar;
 
 use super::common::{float_of, keepdim, reduce_dims};
-use super::{Args, Cx, Registry, ScalarRef};
+use super::{Args, Cx, Builder, ScalarRef};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_sum_mean_prod(r);
     register_extrema(r);
     register_var_std(r);
@@ -167,7 +167,7 @@ fn mean(cx: &mut Cx, x: V, dims: &[usize], keep: bool, dtype: Option<DType>) -> 
     Ok(finish(cx, m, &in_dims, dims, keep))
 }
 
-fn register_sum_mean_prod(r: &mut Registry) {
+fn register_sum_mean_prod(r: &mut Builder) {
     r.op("aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let dims: Vec<usize> = (0..cx.rank(x)).collect();
@@ -317,7 +317,7 @@ fn arg_op(cx: &mut Cx, name: &str, x: V, dim: Option<i64>, keep: bool, max: bool
     }
 }
 
-fn register_extrema(r: &mut Registry) {
+fn register_extrema(r: &mut Builder) {
     for (name, max) in [("amax", true), ("amin", false)] {
         r.op(&format!("aten::{name}(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor"), move |cx, a| {
             let x = a.tensor(0)?;
@@ -447,7 +447,7 @@ fn var_outputs(cx: &mut Cx, kind: VarKind, x: V, dims: &[usize], corr: Correctio
     })
 }
 
-fn register_var_std(r: &mut Registry) {
+fn register_var_std(r: &mut Builder) {
     for (name, kind) in
         [("var", VarKind::Var), ("std", VarKind::Std), ("var_mean", VarKind::VarMean), ("std_mean", VarKind::StdMean)]
     {
@@ -518,7 +518,7 @@ fn all_any(cx: &mut Cx, x: V, dims: &[usize], keep: bool, all: bool) -> V {
     finish(cx, v, &in_dims, dims, keep)
 }
 
-fn register_misc(r: &mut Registry) {
+fn register_misc(r: &mut Builder) {
     r.op("aten::logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let dims = dims_arg(cx, a, 1, cx.rank(x))?;
@@ -582,7 +582,7 @@ fn cumulative(cx: &mut Cx, x: V, dim: i64, dtype: Option<DType>, r: Reducer) -> 
     Ok(cx.f.convert(y, out))
 }
 
-fn register_scans(r: &mut Registry) {
+fn register_scans(r: &mut Builder) {
     r.op_and_inplace("aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor", |cx, a| {
         Ok(vec![cumulative(cx, a.tensor(0)?, a.int(1)?, a.opt_dtype(2), Reducer::Add)?])
     });
@@ -643,7 +643,7 @@ fn static_f64(s: Option<Scalar>, default: f64) -> f64 {
     s.map_or(default, |s| s.to_f64())
 }
 
-fn register_norms(r: &mut Registry) {
+fn register_norms(r: &mut Builder) {
     r.op(
         "aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, \
          ScalarType? dtype=None) -> Tensor",

@@ -16,9 +16,9 @@ use crate::shape::{self, Dims};
 use crate::tensor::{Tensor, Value};
 use crate::view;
 
-use super::{Args, Cx, Input, Registry};
+use super::{Args, Cx, Input, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_views(r);
     register_copies(r);
 }
@@ -85,7 +85,7 @@ fn values_of(a: &Args) -> Vec<Value> {
 
 /// Registers a view op: a metadata kernel plus a lowering that computes the
 /// same values as a copy.
-fn view_op(r: &mut Registry, decl: &str, geom: GeomFn) {
+fn view_op(r: &mut Builder, decl: &str, geom: GeomFn) {
     let name: Arc<str> = decl[..decl.find('(').unwrap()].into();
     let list = decl.trim_end().ends_with("[]");
     r.op(decl, move |cx, a| lower_view(cx, a, geom)).view(move |_rt, args| {
@@ -148,7 +148,7 @@ fn check_in_bounds(cx: &Cx, g: &Geom, numel: i64) -> Result<()> {
 
 // --------------------------------------------------------------- view ops
 
-fn register_views(r: &mut Registry) {
+fn register_views(r: &mut Builder) {
     view_op(
         r,
         "aten::as_strided(Tensor(a) self, SymInt[] size, SymInt[] stride, SymInt? storage_offset=None) -> Tensor(a)",
@@ -546,7 +546,7 @@ fn as_strided(op: &str, g: &Geom, args: &[Value]) -> Result<Vec<Geom>> {
 
 // ---------------------------------------------------------- non-view ops
 
-fn register_copies(r: &mut Registry) {
+fn register_copies(r: &mut Builder) {
     r.op("aten::cat(Tensor[] tensors, int dim=0) -> Tensor", |cx, a| cat(cx, a.tensors(0)?, a.int(1)?));
     r.op("aten::stack(Tensor[] tensors, int dim=0) -> Tensor", |cx, a| {
         let xs = a.tensors(0)?;

@@ -9,9 +9,9 @@ use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Func, Ty, V};
 use crate::shape;
 
-use super::{Cx, Registry};
+use super::{Cx, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     r.op("aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)", |cx, a| {
         let (v, i) = sort(cx, a.tensor(0)?, a.int(1)?, a.bool(2)?)?;
         Ok(vec![v, i])

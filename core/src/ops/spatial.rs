@@ -16,9 +16,9 @@ use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::shape::{self, fmt};
 
 use super::common::up;
-use super::{Args, Cx, Registry};
+use super::{Args, Cx, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_padding(r);
     register_upsample(r);
     register_blocks(r);
@@ -236,7 +236,7 @@ fn pad_backward(cx: &mut Cx, a: &Args, n: usize, mode: PadMode) -> Result<Vec<V>
     Ok(vec![cx.f.convert(y, d)])
 }
 
-fn register_padding(r: &mut Registry) {
+fn register_padding(r: &mut Builder) {
     for mode in [PadMode::Reflect, PadMode::Replicate] {
         for n in 1..=3usize {
             let name = format!("{}_pad{n}d", mode.name());
@@ -387,7 +387,7 @@ fn input_size(cx: &Cx, a: &Args, i: usize) -> Result<Vec<i64>> {
     Ok(v.to_vec())
 }
 
-fn register_upsample(r: &mut Registry) {
+fn register_upsample(r: &mut Builder) {
     r.op(
         "aten::upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) \
          -> Tensor",
@@ -684,7 +684,7 @@ fn col2im(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     Ok(vec![if batched { y } else { cx.f.reshape(y, &out[1..]) }])
 }
 
-fn register_blocks(r: &mut Registry) {
+fn register_blocks(r: &mut Builder) {
     r.op(
         "aten::im2col(Tensor self, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor",
         im2col,
@@ -1026,7 +1026,7 @@ fn pdist_forward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     Ok(vec![pnorm(cx, diff, 1, p)])
 }
 
-fn register_distance(r: &mut Registry) {
+fn register_distance(r: &mut Builder) {
     r.op("aten::_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor", cdist_forward);
     r.op("aten::_pdist_forward(Tensor self, float p=2) -> Tensor", pdist_forward);
 }

@@ -9,9 +9,9 @@ use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Func, V};
 
 use super::common::{float_of, prepare, result_dtype, Ew};
-use super::{Args, Cx, Registry};
+use super::{Args, Cx, Builder};
 
-pub fn register(r: &mut Registry) {
+pub fn register(r: &mut Builder) {
     register_unary(r);
     register_binary(r);
     register_classify(r);
@@ -101,7 +101,7 @@ fn i0(f: &mut Func, x: V) -> V {
     f.select(small, a, b)
 }
 
-fn register_unary(r: &mut Registry) {
+fn register_unary(r: &mut Builder) {
     r.op_and_inplace("aten::logit(Tensor self, float? eps=None) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let eps = a.opt_float(1);
@@ -217,7 +217,7 @@ fn logaddexp(f: &mut Func, a: V, b: V, base2: bool) -> V {
     f.select(both, a, y)
 }
 
-fn register_binary(r: &mut Registry) {
+fn register_binary(r: &mut Builder) {
     r.op_and_inplace("aten::xlogy.Tensor(Tensor self, Tensor other) -> Tensor", |cx, a| {
         float_binary(cx, a, "xlogy", true, xlogy)
     });
@@ -263,7 +263,7 @@ fn max_finite(d: DType) -> f64 {
     }
 }
 
-fn register_classify(r: &mut Registry) {
+fn register_classify(r: &mut Builder) {
     for (name, sign) in [("isposinf", 1.0), ("isneginf", -1.0)] {
         r.op(&format!("aten::{name}(Tensor self) -> Tensor"), move |cx, a| {
             let x = a.tensor(0)?;

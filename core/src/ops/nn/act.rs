@@ -8,12 +8,12 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Func, V};
 use crate::ops::common::{float_of, prepare, result_dtype, up, Ew};
-use crate::ops::{Args, Cx, Registry};
+use crate::ops::{Args, Cx, Builder};
 use crate::shape;
 
 use super::activation;
 
-pub(super) fn register(r: &mut Registry) {
+pub(super) fn register(r: &mut Builder) {
     register_losses(r);
     register_forward(r);
     register_backward(r);
@@ -124,7 +124,7 @@ fn pointwise_loss_backward(cx: &mut Cx, a: &Args, name: &str, huber: bool) -> Re
     Ok(vec![cx.f.convert(y, d)])
 }
 
-fn register_losses(r: &mut Registry) {
+fn register_losses(r: &mut Builder) {
     r.op("aten::smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor", |cx, a| {
         pointwise_loss(cx, a, "smooth_l1_loss", "beta", smooth_l1)
     });
@@ -169,7 +169,7 @@ fn in_band(f: &mut Func, x: V, l: V) -> V {
     f.and(ge, le)
 }
 
-fn register_forward(r: &mut Registry) {
+fn register_forward(r: &mut Builder) {
     r.op("aten::glu(Tensor self, int dim=-1) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let d = super::require_float(cx, x, "glu")?;
@@ -244,7 +244,7 @@ fn backward(
     Ok(vec![cx.f.convert(y, d)])
 }
 
-fn register_backward(r: &mut Registry) {
+fn register_backward(r: &mut Builder) {
     r.op("aten::glu_backward(Tensor grad_output, Tensor self, int dim) -> Tensor", |cx, a| {
         let (g, x) = (a.tensor(0)?, a.tensor(1)?);
         let d = super::require_float(cx, x, "glu_backward")?;

@@ -7,12 +7,12 @@ use crate::bail_op;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::common::up;
-use crate::ops::{Args, Cx, Registry};
+use crate::ops::{Args, Cx, Builder};
 use crate::shape::{self, fmt};
 
 use super::{avg_divisor, avg_pool_checks, pool_geometry, conv_core, conv_params, expand_reduced, require_float, sum, ConvParams};
 
-pub(super) fn register(r: &mut Registry) {
+pub(super) fn register(r: &mut Builder) {
     register_nll(r);
     register_layer_norm(r);
     register_embedding(r);
@@ -111,7 +111,7 @@ fn nll_backward(cx: &mut Cx, a: &Args, spatial: bool) -> Result<Vec<V>> {
     Ok(vec![cx.f.convert(out, d)])
 }
 
-fn register_nll(r: &mut Registry) {
+fn register_nll(r: &mut Builder) {
     r.op(
         "aten::nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, int reduction, \
          SymInt ignore_index, Tensor total_weight) -> Tensor",
@@ -166,7 +166,7 @@ pub(super) fn norm_input_grad(cx: &mut Cx, gw: V, xhat: V, rstd: V, red: &[usize
     cx.f.mul(rstd, t)
 }
 
-fn register_layer_norm(r: &mut Registry) {
+fn register_layer_norm(r: &mut Builder) {
     r.op(
         "aten::native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, \
          Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
@@ -233,7 +233,7 @@ fn register_layer_norm(r: &mut Registry) {
 
 // ---------------------------------------------------------------- embedding
 
-fn register_embedding(r: &mut Registry) {
+fn register_embedding(r: &mut Builder) {
     r.op(
         "aten::embedding_dense_backward(Tensor grad_output, Tensor indices, SymInt num_weights, SymInt padding_idx, \
          bool scale_grad_by_freq) -> Tensor",
@@ -367,7 +367,7 @@ fn convolution_backward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     Ok(vec![gi, gw, gb])
 }
 
-fn register_convolution(r: &mut Registry) {
+fn register_convolution(r: &mut Builder) {
     r.op(
         "aten::convolution_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[]? bias_sizes, \
          SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, \
@@ -467,7 +467,7 @@ fn avg_pool_backward(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
     Ok(vec![cx.f.convert(y, d)])
 }
 
-fn register_pooling(r: &mut Registry) {
+fn register_pooling(r: &mut Builder) {
     r.op(
         "aten::max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, \
          int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor",
@@ -591,7 +591,7 @@ fn adaptive_avg_pool_backward(cx: &mut Cx, a: &Args, k: usize) -> Result<Vec<V>>
     Ok(vec![cx.f.convert(y, d)])
 }
 
-fn register_adaptive(r: &mut Registry) {
+fn register_adaptive(r: &mut Builder) {
     r.op("aten::_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 2));
     r.op("aten::_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 3));
     r.op("aten::adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 1));

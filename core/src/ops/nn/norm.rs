@@ -7,13 +7,13 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Ty, V};
 use crate::ops::common::up;
-use crate::ops::{Args, Cx, Registry};
+use crate::ops::{Args, Cx, Builder};
 use crate::shape::{self, fmt};
 
 use super::grad::{masked, norm_input_grad, output_mask};
 use super::{expand_reduced, require_float, sum};
 
-pub(super) fn register(r: &mut Registry) {
+pub(super) fn register(r: &mut Builder) {
     register_batch_norm(r);
     register_group_norm(r);
 }
@@ -155,7 +155,7 @@ fn batch_norm(
     Ok(out)
 }
 
-fn register_batch_norm(r: &mut Registry) {
+fn register_batch_norm(r: &mut Builder) {
     r.op(
         "aten::_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, \
          Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
@@ -274,7 +274,7 @@ fn group_dims(cx: &Cx, x: V, n: i64, c: i64, hw: i64, group: i64) -> Result<Vec<
     Ok(dims)
 }
 
-fn register_group_norm(r: &mut Registry) {
+fn register_group_norm(r: &mut Builder) {
     r.op(
         "aten::native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C, SymInt HxW, \
          int group, float eps) -> (Tensor, Tensor, Tensor)",
