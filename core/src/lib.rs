@@ -4,7 +4,8 @@
 //! [`cache`] (the two-tier compile cache for fused programs), [`ops`] (the
 //! aten op registry: inference and lowering to StableHLO), the data model
 //! ([`dtype`], [`shape`], [`storage`], [`tensor`]), [`hlo`] (the StableHLO
-//! text builder), and [`pjrt`] (the device runtime).
+//! text builder), [`pjrt`] (the device runtime), and [`plugin`] (the
+//! WebAssembly plugin host: custom ops and fusion policies).
 //! Nothing here knows about the C ABI or any frontend.
 
 pub mod cache;
@@ -14,6 +15,7 @@ pub mod graph;
 pub mod hlo;
 pub mod ops;
 pub mod pjrt;
+pub mod plugin;
 pub mod runtime;
 pub mod shape;
 pub mod storage;

@@ -17,6 +17,9 @@ pub struct OpInfo<'a> {
     pub signature: u64,
     /// Bytes the op's results occupy.
     pub bytes: u64,
+    /// The op's results (new tensors, then the storages it wrote, as flat
+    /// storages): dtype and sizes.
+    pub results: &'a [(crate::DType, &'a [i64])],
 }
 
 /// The pending graph, as policies see it.
@@ -42,6 +45,9 @@ pub trait FusionPolicy: Send + Sync {
     /// Called after every flush, whatever its reason.
     fn flushed(&self, _graph: &GraphView<'_>) {}
 }
+
+/// The built-in policies' names.
+pub const BUILTIN: [&str; 2] = ["fuse_all", "loop_cut"];
 
 /// A built-in policy by name: `fuse_all` or `loop_cut`.
 pub fn builtin(name: &str) -> Option<std::sync::Arc<dyn FusionPolicy>> {
@@ -154,7 +160,7 @@ mod tests {
         let mut pending: Vec<OpInfo<'static>> = Vec::new();
         let mut cuts = Vec::new();
         for &s in sigs {
-            pending.push(OpInfo { name: "op", signature: s, bytes: 4 });
+            pending.push(OpInfo { name: "op", signature: s, bytes: 4, results: &[] });
             let g = GraphView { ops: &pending, bytes: 0 };
             if policy.after_record(&g) == Decision::Flush {
                 cuts.push(pending.len());

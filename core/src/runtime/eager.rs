@@ -71,6 +71,14 @@ impl Runtime {
         if current_mode() == ExecMode::DeferAndFuse {
             let same_device = flat.slots.iter().all(|s| s.device() == device);
             if same_device || !def.cross_device {
+                if def.plugin.is_some() && !self.cache.lock().contains_key(&key) {
+                    // A trial compile of the plugin op alone, once per
+                    // signature (kept for strict mode): a fragment that does
+                    // not compile fails here, naming the plugin and the op,
+                    // instead of failing the fused program around it.
+                    let c = Arc::new(self.compile(def, bound, &flat)?);
+                    self.cache.lock().insert(key.clone(), c);
+                }
                 return self.record(id, def, bound, &flat, device, &key);
             }
         }
@@ -130,7 +138,15 @@ impl Runtime {
         let op = def.name();
         let (text, plan, lowered) = lower_program(def, bound, flat)?;
         let start = Instant::now();
-        let exe = self.client.compile(op, &text, &CompileOptions::Portable)?;
+        let exe = self.client.compile(op, &text, &CompileOptions::Portable).map_err(|e| match (&def.plugin, e) {
+            (Some(plugin), Error::Compile { message, program, .. }) => Error::WasmPlugin {
+                plugin: plugin.to_string(),
+                op: Some(op.to_string()),
+                kind: crate::error::PluginFailure::InvalidStableHlo,
+                message: format!("its fragment does not compile: {message}\n--- StableHLO ---\n{program}"),
+            },
+            (_, e) => e,
+        })?;
         let ns = start.elapsed().as_nanos() as u64;
         self.stats.compile_ns.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
         Stats::bump(&self.stats.compiles);

@@ -161,12 +161,14 @@ impl Runtime {
 
         let mut results: Vec<Option<Tensor>> = Vec::with_capacity(inf.specs.len());
         let mut bytes = 0u64;
+        let mut metas: smallvec::SmallVec<[(crate::DType, &'static [i64]); 4]> = smallvec::SmallVec::new();
         for (i, spec) in inf.specs.iter().enumerate() {
             let pending = StorageValue::Pending { recording: rid, node: ni, out: i as u32 };
             results.push(match spec {
                 Out::New { sizes, dtype } => {
                     let numel = shape::numel(sizes);
                     bytes += (numel as usize * dtype.size()) as u64;
+                    metas.push((*dtype, rec.alloc(sizes)));
                     let storage = Storage::new(device, *dtype, numel, pending);
                     rec.storages.push(Arc::downgrade(&storage));
                     Some(Tensor::from_storage(storage, sizes))
@@ -174,6 +176,7 @@ impl Runtime {
                 Out::Write { slot } => {
                     let s = &flat.slots[*slot];
                     bytes += s.nbytes() as u64;
+                    metas.push((s.dtype(), rec.alloc(&[s.numel()])));
                     s.set(pending);
                     rec.storages.push(Arc::downgrade(s));
                     None
@@ -181,7 +184,8 @@ impl Runtime {
             });
         }
         rec.bytes += bytes;
-        rec.ops.push(OpInfo { name: registry().get(id).name(), signature: inf.signature_hash, bytes });
+        let metas = rec.alloc(&metas);
+        rec.ops.push(OpInfo { name: registry().get(id).name(), signature: inf.signature_hash, bytes, results: metas });
         Stats::bump(&self.stats.recorded_ops);
 
         let flush = if rec.len() >= max_ops {

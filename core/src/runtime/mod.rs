@@ -92,6 +92,9 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Loads the PJRT plugin and creates a client.
     pub fn new(options: RuntimeOptions) -> Result<Arc<Runtime>> {
+        // Plugins from $TORCHTPU_PLUGIN_PATH (once per process): their ops
+        // are in the registry before the first call.
+        crate::plugin::host().load_env();
         let found = discovery::find_plugin(options.plugin.as_deref())?;
         tracing::info!(path = %found.path.display(), source = found.source, "loading PJRT plugin");
         let api = Api::load(&found.path)?;
@@ -185,6 +188,18 @@ impl Runtime {
     /// Sets the fusion policy for all devices.
     pub fn set_fusion_policy(&self, policy: Arc<dyn FusionPolicy>) {
         self.fusion.lock().policy = policy;
+    }
+
+    /// Selects a fusion policy by name: a built-in one (`fuse_all`,
+    /// `loop_cut`) or a plugin's (`<plugin>::<policy>`, optionally followed
+    /// by `?config` for the plugin).
+    pub fn select_fusion_policy(&self, name: &str) -> Result<()> {
+        let policy = match crate::graph::policy::builtin(name) {
+            Some(p) => p,
+            None => crate::plugin::host().policy(name)?,
+        };
+        self.set_fusion_policy(policy);
+        Ok(())
     }
 
     pub fn fusion_policy(&self) -> Arc<dyn FusionPolicy> {

@@ -1,0 +1,301 @@
+//! The WebAssembly plugin host: custom ops and fusion policies from `.wasm`
+//! files, sandboxed by wasmtime (plugins/ABI.md is the contract).
+//!
+//! - [`manifest`]: the declaration in the module's custom section, read and
+//!   checked without compiling the module.
+//! - [`sandbox`]: the engine, the compiled-module cache, and metered calls.
+//! - [`fragment`]: the rules a plugin's StableHLO must pass.
+//! - `op`: plugin ops as registry entries whose lowering asks the plugin.
+//! - [`policy`]: plugin fusion policies behind the `FusionPolicy` trait.
+//!
+//! The host is process-wide, like the op registry it adds to: a plugin
+//! loaded once is callable from every runtime and every frontend, and stays
+//! loaded until the process exits. Thread-safe.
+
+pub mod fragment;
+pub mod manifest;
+mod op;
+pub mod policy;
+pub mod sandbox;
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Once, OnceLock};
+
+use parking_lot::{Mutex, RwLock};
+use sha2::{Digest, Sha256};
+pub use torchtpu_plugin_abi::{Manifest, ABI_MAJOR, ABI_MINOR};
+
+use crate::error::{Error, Result};
+use crate::graph::policy::FusionPolicy;
+use crate::ops::registry;
+pub use sandbox::{Limits, ModuleSource};
+
+/// Counters of one plugin.
+#[derive(Debug, Default)]
+pub struct PluginStats {
+    /// Calls into the module (lowerings and policy decisions).
+    pub calls: AtomicU64,
+    /// Calls that failed (any [`crate::error::PluginFailure`]).
+    pub failures: AtomicU64,
+    /// Lowerings served from the checked-fragment cache.
+    pub lowering_hits: AtomicU64,
+    /// Lowerings that asked the plugin.
+    pub lowering_misses: AtomicU64,
+}
+
+/// A snapshot of [`PluginStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PluginCounts {
+    pub calls: u64,
+    pub failures: u64,
+    pub lowering_hits: u64,
+    pub lowering_misses: u64,
+}
+
+/// A loaded plugin.
+pub struct Plugin {
+    pub manifest: Manifest,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// SHA-256 of the file.
+    pub hash: [u8; 32],
+    /// Whether its compiled module came from the cache.
+    pub source: ModuleSource,
+    sandbox: sandbox::Sandbox,
+    stats: PluginStats,
+    lowerings: op::Cache,
+    last_error: Mutex<Option<String>>,
+    c_strings: [CString; 3],
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plugin({} {} from {})", self.manifest.name, self.manifest.version, self.path.display())
+    }
+}
+
+impl Plugin {
+    pub fn name(&self) -> &str {
+        &self.manifest.name
+    }
+    pub fn limits(&self) -> Limits {
+        self.sandbox.limits
+    }
+    pub fn counts(&self) -> PluginCounts {
+        let s = &self.stats;
+        PluginCounts {
+            calls: s.calls.load(Ordering::Relaxed),
+            failures: s.failures.load(Ordering::Relaxed),
+            lowering_hits: s.lowering_hits.load(Ordering::Relaxed),
+            lowering_misses: s.lowering_misses.load(Ordering::Relaxed),
+        }
+    }
+    /// The last failure of one of its fusion policies.
+    pub fn last_policy_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+    /// The op names it provides.
+    pub fn op_names(&self) -> Vec<&str> {
+        self.manifest.ops.iter().map(|o| o.schema.split('(').next().unwrap_or("").trim()).collect()
+    }
+    /// Name, version and path, NUL-terminated, for C callers (they live as
+    /// long as the plugin, which is the process).
+    pub fn c_strings(&self) -> &[CString; 3] {
+        &self.c_strings
+    }
+}
+
+/// A file that was not loaded, and why.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub path: PathBuf,
+    pub error: Error,
+}
+
+/// What one load did.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Plugins loaded now or already loaded from the same file.
+    pub loaded: Vec<Arc<Plugin>>,
+    pub rejected: Vec<Rejection>,
+}
+
+impl LoadReport {
+    /// The rejections as one error naming every file, if there were any.
+    pub fn into_result(self) -> Result<Vec<Arc<Plugin>>> {
+        match self.rejected.len() {
+            0 => Ok(self.loaded),
+            1 => Err(self.rejected.into_iter().next().expect("one").error),
+            n => Err(Error::InvalidArgument(format!(
+                "{n} plugin files were rejected (the other {} loaded):\n  {}",
+                self.loaded.len(),
+                self.rejected.iter().map(|r| r.error.to_string()).collect::<Vec<_>>().join("\n  ")
+            ))),
+        }
+    }
+}
+
+/// The process's plugins.
+pub struct Host {
+    plugins: RwLock<Vec<Arc<Plugin>>>,
+    rejected: Mutex<Vec<Rejection>>,
+    /// Serializes loads, so a name is checked and taken atomically.
+    loading: Mutex<()>,
+    env: Once,
+    cache_dir: Option<PathBuf>,
+}
+
+/// The process-wide host.
+pub fn host() -> &'static Host {
+    static HOST: OnceLock<Host> = OnceLock::new();
+    HOST.get_or_init(|| Host {
+        plugins: RwLock::new(Vec::new()),
+        rejected: Mutex::new(Vec::new()),
+        loading: Mutex::new(()),
+        env: Once::new(),
+        cache_dir: sandbox::default_cache_dir(),
+    })
+}
+
+impl Host {
+    /// Loads the directories (and files) of `$TORCHTPU_PLUGIN_PATH`
+    /// (colon-separated), once per process. Rejections are logged and kept
+    /// in [`Host::rejections`]; they never fail the caller.
+    pub fn load_env(&self) {
+        self.env.call_once(|| {
+            let Some(paths) = std::env::var_os("TORCHTPU_PLUGIN_PATH") else { return };
+            for dir in std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()) {
+                let report = self.load(&dir, Limits::from_env());
+                for p in &report.loaded {
+                    tracing::info!(plugin = p.name(), path = %p.path.display(), "loaded plugin from TORCHTPU_PLUGIN_PATH");
+                }
+                for r in &report.rejected {
+                    tracing::warn!("{}", r.error);
+                }
+            }
+        });
+    }
+
+    /// Loads a `.wasm` file, or every `.wasm` in a directory (in name
+    /// order). Each file that cannot be loaded is reported; the rest load.
+    pub fn load(&self, path: &Path, limits: Limits) -> LoadReport {
+        let mut report = LoadReport::default();
+        let files = if path.is_dir() {
+            match std::fs::read_dir(path) {
+                Ok(entries) => {
+                    let mut fs: Vec<PathBuf> = entries
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
+                        .collect();
+                    fs.sort();
+                    fs
+                }
+                Err(e) => {
+                    let error = Error::Io { path: path.display().to_string(), source: Arc::new(e) };
+                    report.rejected.push(Rejection { path: path.into(), error });
+                    return report;
+                }
+            }
+        } else {
+            vec![path.to_path_buf()]
+        };
+        for f in files {
+            match self.load_file(&f, limits) {
+                Ok(p) => report.loaded.push(p),
+                Err(error) => {
+                    self.rejected.lock().push(Rejection { path: f.clone(), error: error.clone() });
+                    report.rejected.push(Rejection { path: f, error });
+                }
+            }
+        }
+        report
+    }
+
+    /// Loads one `.wasm` file with the given limits. Loading the same file
+    /// (same path and contents) again returns the plugin already loaded.
+    pub fn load_file(&self, path: &Path, limits: Limits) -> Result<Arc<Plugin>> {
+        let reject = |message: String| Error::WasmPluginRejected { path: path.display().to_string(), message };
+        let wasm = std::fs::read(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => reject("no such file".into()),
+            _ => reject(format!("cannot read it: {e}")),
+        })?;
+        let hash: [u8; 32] = Sha256::digest(&wasm).into();
+        let checked = manifest::read(&wasm).map_err(reject)?;
+        let name = checked.manifest.name.clone();
+        let _guard = self.loading.lock();
+        if let Some(p) = self.get(&name) {
+            if p.hash == hash {
+                return Ok(p);
+            }
+            return Err(reject(format!(
+                "a plugin named '{name}' is already loaded (version {}, from {})",
+                p.manifest.version,
+                p.path.display()
+            )));
+        }
+        let start = std::time::Instant::now();
+        let (module, source) = sandbox::compile(&wasm, self.cache_dir.as_deref()).map_err(reject)?;
+        let m = &checked.manifest;
+        sandbox::check_interface(&module, !m.ops.is_empty(), !m.policies.is_empty()).map_err(reject)?;
+        let sandbox = sandbox::Sandbox::new(&name, module, limits).map_err(reject)?;
+        // Instantiate once now, so a module that cannot start (a start
+        // function that traps, memory over the limit) fails at load.
+        sandbox.warm_up().map_err(|(kind, msg)| reject(format!("{kind}: {msg}")))?;
+        let c = |s: &str| CString::new(s.replace('\0', "?")).expect("NULs were replaced");
+        let plugin = Arc::new(Plugin {
+            c_strings: [c(&name), c(&m.version), c(&path.display().to_string())],
+            manifest: checked.manifest.clone(),
+            path: path.to_path_buf(),
+            hash,
+            source,
+            sandbox,
+            stats: PluginStats::default(),
+            lowerings: Default::default(),
+            last_error: Mutex::new(None),
+        });
+        let defs = checked.schemas.into_iter().map(|s| op::def(&plugin, s)).collect();
+        registry().add(defs).map_err(|e| reject(e.to_string()))?;
+        tracing::debug!(plugin = %name, ms = start.elapsed().as_millis() as u64, source = ?source, "plugin loaded");
+        self.plugins.write().push(plugin.clone());
+        Ok(plugin)
+    }
+
+    /// Every loaded plugin, in load order.
+    pub fn plugins(&self) -> Vec<Arc<Plugin>> {
+        self.plugins.read().clone()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Plugin>> {
+        self.plugins.read().iter().find(|p| p.manifest.name == name).cloned()
+    }
+
+    /// Every file rejected so far in this process.
+    pub fn rejections(&self) -> Vec<Rejection> {
+        self.rejected.lock().clone()
+    }
+
+    /// Every policy name the plugins provide.
+    pub fn policy_names(&self) -> Vec<String> {
+        self.plugins.read().iter().flat_map(|p| p.manifest.policies.clone()).collect()
+    }
+
+    /// A plugin policy by `<plugin>::<policy>[?config]`.
+    pub fn policy(&self, spec: &str) -> Result<Arc<dyn FusionPolicy>> {
+        let (name, config) = spec.split_once('?').unwrap_or((spec, ""));
+        let found = self.plugins.read().iter().find(|p| p.manifest.policies.iter().any(|q| q == name)).cloned();
+        match found {
+            Some(p) => Ok(Arc::new(policy::PluginPolicy::new(p, name, config))),
+            None => Err(Error::NotFound(format!(
+                "unknown fusion policy {name:?} (built-in: {}; from plugins: {})",
+                crate::graph::policy::BUILTIN.map(|b| format!("{b:?}")).join(", "),
+                match self.policy_names() {
+                    v if v.is_empty() => "none loaded".to_string(),
+                    v => v.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "),
+                }
+            ))),
+        }
+    }
+}
