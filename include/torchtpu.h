@@ -10,6 +10,12 @@
 // Number of flush reasons (the length of `ttpu_fusion_stats_t.flushes`).
 #define TTPU_FLUSH_REASON_COUNT 8
 
+// The plugin ABI version this library implements (plugins/ABI.md).
+#define TTPU_PLUGIN_ABI_MAJOR 1
+
+// The plugin ABI minor version (plugins built for a higher minor are rejected).
+#define TTPU_PLUGIN_ABI_MINOR 0
+
 // Major version of the C ABI: changes only on incompatible changes.
 #define TTPU_API_MAJOR 1
 
@@ -207,6 +213,38 @@ typedef struct ttpu_value_t {
   size_t len;
 } ttpu_value_t;
 
+// A loaded plugin. Strings are NUL-terminated and live until the process
+// exits (plugins are never unloaded). Set `struct_size` before calling.
+typedef struct ttpu_plugin_info_t {
+  size_t struct_size;
+  const char *name;
+  const char *version;
+  // The file it was loaded from.
+  const char *path;
+  // The plugin ABI version it was built for.
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  size_t num_ops;
+  size_t num_policies;
+  // Counters: calls into the module, failed calls, and lowerings served
+  // from the checked-fragment cache or asked of the plugin.
+  uint64_t calls;
+  uint64_t failures;
+  uint64_t lowering_hits;
+  uint64_t lowering_misses;
+} ttpu_plugin_info_t;
+
+// One op of a plugin. Strings live until the process exits.
+typedef struct ttpu_plugin_op_t {
+  size_t struct_size;
+  // The op name, e.g. "rms_norm::rms_norm", as `ttpu_op_call` takes it.
+  const char *name;
+  // Its declaration, e.g. "rms_norm::rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor".
+  const char *schema;
+  // The op that computes its gradients, or NULL.
+  const char *backward;
+} ttpu_plugin_op_t;
+
 // Options for `ttpu_runtime_create`. Set `struct_size = sizeof(ttpu_runtime_options_t)`;
 // fields added later go at the end, and a caller built against an older
 // header keeps working.
@@ -267,8 +305,11 @@ struct ttpu_error_t *ttpu_runtime_pending_ops(const struct ttpu_runtime_t *runti
                                               size_t *out_count);
 
 // Selects the fusion policy by name: "fuse_all" (the default: fuse up to
-// the next flush trigger) or "loop_cut" (cut at the boundary of a repeated
-// loop body, so each training step runs one cached program).
+// the next flush trigger), "loop_cut" (cut at the boundary of a repeated
+// loop body, so each training step runs one cached program), or a loaded
+// plugin's "<plugin>::<policy>", optionally followed by "?<config>" for the
+// plugin (e.g. "byte_budget::byte_budget?max_bytes=65536"). An unknown name
+// is INVALID_ARGUMENT and lists the available policies.
 struct ttpu_error_t *ttpu_runtime_set_fusion_policy(const struct ttpu_runtime_t *runtime,
                                                     const char *name);
 
@@ -326,6 +367,28 @@ size_t ttpu_op_count(void);
 // Writes the name of op `index` (0-based, < `ttpu_op_count()`) to `*out_name`:
 // NUL-terminated, static storage.
 struct ttpu_error_t *ttpu_op_name(size_t index, const char **out_name);
+
+// Loads the plugin file `path`, or every `.wasm` file in the directory
+// `path`, with the default limits (or those of `TORCHTPU_PLUGIN_FUEL`,
+// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`). Loading a file
+// that is already loaded is a no-op. If some files are rejected (bad
+// manifest, ABI version, duplicate name, forbidden import, ...), the others
+// still load and the error (INVALID_ARGUMENT) names every rejected file and
+// why.
+struct ttpu_error_t *ttpu_plugin_load(const char *path);
+
+// The number of loaded plugins.
+size_t ttpu_plugin_count(void);
+
+// Fills `*out_info` for plugin `index` (0-based, < `ttpu_plugin_count()`).
+struct ttpu_error_t *ttpu_plugin_info(size_t index, struct ttpu_plugin_info_t *out_info);
+
+// Fills `*out_op` for op `op` (< `num_ops`) of plugin `index`.
+struct ttpu_error_t *ttpu_plugin_op(size_t index, size_t op, struct ttpu_plugin_op_t *out_op);
+
+// Writes the name of policy `policy` (< `num_policies`) of plugin `index`
+// ("<plugin>::<policy>", static storage) to `*out_name`.
+struct ttpu_error_t *ttpu_plugin_policy_name(size_t index, size_t policy, const char **out_name);
 
 // Creates a runtime. `options` may be NULL for defaults. On success
 // `*out_runtime` owns the runtime; free it with `ttpu_runtime_destroy`.

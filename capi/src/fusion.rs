@@ -4,7 +4,6 @@
 
 use std::ffi::c_char;
 
-use torchtpu_core::graph::policy;
 use torchtpu_core::graph::FlushReason;
 use torchtpu_core::Error;
 
@@ -63,8 +62,11 @@ pub unsafe extern "C" fn ttpu_runtime_pending_ops(
 }
 
 /// Selects the fusion policy by name: "fuse_all" (the default: fuse up to
-/// the next flush trigger) or "loop_cut" (cut at the boundary of a repeated
-/// loop body, so each training step runs one cached program).
+/// the next flush trigger), "loop_cut" (cut at the boundary of a repeated
+/// loop body, so each training step runs one cached program), or a loaded
+/// plugin's "<plugin>::<policy>", optionally followed by "?<config>" for the
+/// plugin (e.g. "byte_budget::byte_budget?max_bytes=65536"). An unknown name
+/// is INVALID_ARGUMENT and lists the available policies.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_set_fusion_policy(
     runtime: *const ttpu_runtime_t,
@@ -73,11 +75,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_fusion_policy(
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_fusion_policy")?;
         let name = str_arg(name, "ttpu_runtime_set_fusion_policy: name")?;
-        let p = policy::builtin(name).ok_or_else(|| {
-            Error::InvalidArgument(format!("unknown fusion policy {name:?} (built-in: \"fuse_all\", \"loop_cut\")"))
-        })?;
-        r.rt.set_fusion_policy(p);
-        Ok(())
+        r.rt.select_fusion_policy(name)
     })
 }
 

@@ -7,7 +7,7 @@
 //! only on success; a fallible call returns `ttpu_error_t*`, NULL on success.
 //! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`],
 //! [`fusion`] (flushes, policies, the program cache, explanations).
-//! [`stream`] (streams and events).
+//! [`stream`] (streams and events), [`plugin`] (WebAssembly plugins).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
@@ -16,6 +16,7 @@ mod ffi;
 pub mod error;
 pub mod fusion;
 pub mod op;
+pub mod plugin;
 pub mod runtime;
 pub mod stream;
 pub mod tensor;

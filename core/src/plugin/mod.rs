@@ -67,7 +67,40 @@ pub struct Plugin {
     stats: PluginStats,
     lowerings: op::Cache,
     last_error: Mutex<Option<String>>,
-    c_strings: [CString; 3],
+    c: CStrings,
+}
+
+/// A plugin's strings, NUL-terminated, for C callers. They live as long as
+/// the plugin, which is the process.
+#[derive(Debug)]
+pub struct CStrings {
+    pub name: CString,
+    pub version: CString,
+    pub path: CString,
+    /// Per op: name, schema, backward op (if any).
+    pub ops: Vec<(CString, CString, Option<CString>)>,
+    pub policies: Vec<CString>,
+}
+
+fn c_string(s: &str) -> CString {
+    CString::new(s.replace('\0', "?")).expect("NULs were replaced")
+}
+
+impl CStrings {
+    fn new(m: &Manifest, schemas: &[crate::ops::Schema], path: &Path) -> CStrings {
+        CStrings {
+            name: c_string(&m.name),
+            version: c_string(&m.version),
+            path: c_string(&path.display().to_string()),
+            ops: m
+                .ops
+                .iter()
+                .zip(schemas)
+                .map(|(o, s)| (c_string(&s.name), c_string(&o.schema), o.backward.as_deref().map(c_string)))
+                .collect(),
+            policies: m.policies.iter().map(|p| c_string(p)).collect(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Plugin {
@@ -96,14 +129,9 @@ impl Plugin {
     pub fn last_policy_error(&self) -> Option<String> {
         self.last_error.lock().clone()
     }
-    /// The op names it provides.
-    pub fn op_names(&self) -> Vec<&str> {
-        self.manifest.ops.iter().map(|o| o.schema.split('(').next().unwrap_or("").trim()).collect()
-    }
-    /// Name, version and path, NUL-terminated, for C callers (they live as
-    /// long as the plugin, which is the process).
-    pub fn c_strings(&self) -> &[CString; 3] {
-        &self.c_strings
+    /// Its strings for C callers.
+    pub fn c(&self) -> &CStrings {
+        &self.c
     }
 }
 
@@ -244,9 +272,8 @@ impl Host {
         // Instantiate once now, so a module that cannot start (a start
         // function that traps, memory over the limit) fails at load.
         sandbox.warm_up().map_err(|(kind, msg)| reject(format!("{kind}: {msg}")))?;
-        let c = |s: &str| CString::new(s.replace('\0', "?")).expect("NULs were replaced");
         let plugin = Arc::new(Plugin {
-            c_strings: [c(&name), c(&m.version), c(&path.display().to_string())],
+            c: CStrings::new(m, &checked.schemas, path),
             manifest: checked.manifest.clone(),
             path: path.to_path_buf(),
             hash,
@@ -288,7 +315,7 @@ impl Host {
         let found = self.plugins.read().iter().find(|p| p.manifest.policies.iter().any(|q| q == name)).cloned();
         match found {
             Some(p) => Ok(Arc::new(policy::PluginPolicy::new(p, name, config))),
-            None => Err(Error::NotFound(format!(
+            None => Err(Error::InvalidArgument(format!(
                 "unknown fusion policy {name:?} (built-in: {}; from plugins: {})",
                 crate::graph::policy::BUILTIN.map(|b| format!("{b:?}")).join(", "),
                 match self.policy_names() {

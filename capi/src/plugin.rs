@@ -1,0 +1,154 @@
+//! The plugin area: loading WebAssembly plugins and listing what they
+//! provide. Plugins are process-wide: once loaded, their ops are called
+//! through `ttpu_op_call` like built-in ops (on any runtime), and their
+//! fusion policies are selected with `ttpu_runtime_set_fusion_policy`.
+//! Plugins in the directories of `$TORCHTPU_PLUGIN_PATH` load when the
+//! first runtime is created.
+
+use std::ffi::c_char;
+use std::path::Path;
+
+use torchtpu_core::plugin::{host, Limits, Plugin};
+use torchtpu_core::{Error, Result};
+
+use crate::error::ttpu_error_t;
+use crate::ffi::{check_out, check_struct_size, str_arg, write_out};
+
+/// The plugin ABI version this library implements (plugins/ABI.md).
+pub const TTPU_PLUGIN_ABI_MAJOR: u32 = 1;
+/// The plugin ABI minor version (plugins built for a higher minor are rejected).
+pub const TTPU_PLUGIN_ABI_MINOR: u32 = 0;
+
+const _: () = assert!(
+    TTPU_PLUGIN_ABI_MAJOR == torchtpu_core::plugin::ABI_MAJOR && TTPU_PLUGIN_ABI_MINOR == torchtpu_core::plugin::ABI_MINOR
+);
+
+/// Loads the plugin file `path`, or every `.wasm` file in the directory
+/// `path`, with the default limits (or those of `TORCHTPU_PLUGIN_FUEL`,
+/// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`). Loading a file
+/// that is already loaded is a no-op. If some files are rejected (bad
+/// manifest, ABI version, duplicate name, forbidden import, ...), the others
+/// still load and the error (INVALID_ARGUMENT) names every rejected file and
+/// why.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_plugin_load(path: *const c_char) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let path = str_arg(path, "ttpu_plugin_load: path")?;
+        let p = Path::new(path);
+        if !p.exists() {
+            return Err(Error::NotFound(format!("ttpu_plugin_load: {path}: no such file or directory")));
+        }
+        host().load(p, Limits::from_env()).into_result().map(|_| ())
+    })
+}
+
+/// The number of loaded plugins.
+#[no_mangle]
+pub extern "C" fn ttpu_plugin_count() -> usize {
+    crate::ffi::no_panic(0, || host().plugins().len())
+}
+
+/// A loaded plugin. Strings are NUL-terminated and live until the process
+/// exits (plugins are never unloaded). Set `struct_size` before calling.
+#[repr(C)]
+pub struct ttpu_plugin_info_t {
+    pub struct_size: usize,
+    pub name: *const c_char,
+    pub version: *const c_char,
+    /// The file it was loaded from.
+    pub path: *const c_char,
+    /// The plugin ABI version it was built for.
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub num_ops: usize,
+    pub num_policies: usize,
+    /// Counters: calls into the module, failed calls, and lowerings served
+    /// from the checked-fragment cache or asked of the plugin.
+    pub calls: u64,
+    pub failures: u64,
+    pub lowering_hits: u64,
+    pub lowering_misses: u64,
+}
+
+fn plugin_at(index: usize, what: &str) -> Result<std::sync::Arc<Plugin>> {
+    let all = host().plugins();
+    all.get(index).cloned().ok_or_else(|| Error::InvalidArgument(format!("{what}: plugin index {index} >= plugin count {}", all.len())))
+}
+
+/// Fills `*out_info` for plugin `index` (0-based, < `ttpu_plugin_count()`).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_plugin_info(index: usize, out_info: *mut ttpu_plugin_info_t) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_plugin_info";
+        check_out(out_info, what)?;
+        let size = (*out_info).struct_size;
+        check_struct_size(size, std::mem::size_of::<ttpu_plugin_info_t>(), "ttpu_plugin_info: ttpu_plugin_info_t")?;
+        let p = plugin_at(index, what)?;
+        let (c, m, n) = (p.c(), &p.manifest, p.counts());
+        out_info.write(ttpu_plugin_info_t {
+            struct_size: size,
+            name: c.name.as_ptr(),
+            version: c.version.as_ptr(),
+            path: c.path.as_ptr(),
+            abi_major: m.abi.major,
+            abi_minor: m.abi.minor,
+            num_ops: m.ops.len(),
+            num_policies: m.policies.len(),
+            calls: n.calls,
+            failures: n.failures,
+            lowering_hits: n.lowering_hits,
+            lowering_misses: n.lowering_misses,
+        });
+        Ok(())
+    })
+}
+
+/// One op of a plugin. Strings live until the process exits.
+#[repr(C)]
+pub struct ttpu_plugin_op_t {
+    pub struct_size: usize,
+    /// The op name, e.g. "rms_norm::rms_norm", as `ttpu_op_call` takes it.
+    pub name: *const c_char,
+    /// Its declaration, e.g. "rms_norm::rms_norm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor".
+    pub schema: *const c_char,
+    /// The op that computes its gradients, or NULL.
+    pub backward: *const c_char,
+}
+
+/// Fills `*out_op` for op `op` (< `num_ops`) of plugin `index`.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_plugin_op(index: usize, op: usize, out_op: *mut ttpu_plugin_op_t) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_plugin_op";
+        check_out(out_op, what)?;
+        let size = (*out_op).struct_size;
+        check_struct_size(size, std::mem::size_of::<ttpu_plugin_op_t>(), "ttpu_plugin_op: ttpu_plugin_op_t")?;
+        let p = plugin_at(index, what)?;
+        let ops = &p.c().ops;
+        let (name, schema, backward) = ops.get(op).ok_or_else(|| {
+            Error::InvalidArgument(format!("{what}: op index {op} >= {} ops of plugin '{}'", ops.len(), p.name()))
+        })?;
+        out_op.write(ttpu_plugin_op_t {
+            struct_size: size,
+            name: name.as_ptr(),
+            schema: schema.as_ptr(),
+            backward: backward.as_ref().map_or(std::ptr::null(), |b| b.as_ptr()),
+        });
+        Ok(())
+    })
+}
+
+/// Writes the name of policy `policy` (< `num_policies`) of plugin `index`
+/// ("<plugin>::<policy>", static storage) to `*out_name`.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_plugin_policy_name(index: usize, policy: usize, out_name: *mut *const c_char) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_plugin_policy_name";
+        let p = plugin_at(index, what)?;
+        let names = &p.c().policies;
+        let n = names.get(policy).ok_or_else(|| {
+            Error::InvalidArgument(format!("{what}: policy index {policy} >= {} policies of plugin '{}'", names.len(), p.name()))
+        })?;
+        write_out(out_name, what, n.as_ptr())
+    })
+}
