@@ -3,7 +3,8 @@
 # for bindgen; clang's sanitizer runtime, cmake and valgrind for the C and C++
 # tests), the Rust wasm target, the project-local .venv (PJRT CPU plugin,
 # torch, numpy, cffi, pytest, ninja, expecttest), the pinned cbindgen, a
-# release build of the runtime, and the PyTorch package `torchtpu` (the native
+# release build of the runtime, the example WebAssembly plugins (into
+# target/plugins), and the PyTorch package `torchtpu` (the native
 # backend extension), installed editable into .venv.
 # Downloads come only from the package registries (Debian, PyPI, crates.io).
 # A second run on a ready machine only checks stamps and runs a no-op build.
@@ -31,11 +32,9 @@ fi
 
 # --- Rust ---------------------------------------------------------------------
 if command -v rustup >/dev/null 2>&1; then
-    # Needed by the wasm plugins; the runtime builds without it, so a failed
-    # download is a warning, not a failed setup.
+    # The example plugins (and the tests that load them) build for wasm32.
     rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown \
-        || { log "adding the wasm32-unknown-unknown target"; rustup target add wasm32-unknown-unknown \
-             || log "warning: could not add wasm32-unknown-unknown (plugins will not build)"; }
+        || { log "adding the wasm32-unknown-unknown target"; rustup target add wasm32-unknown-unknown; }
 fi
 
 # --- Python virtualenv ----------------------------------------------------------
@@ -64,6 +63,14 @@ fi
 # --- build --------------------------------------------------------------------
 log "building libtorchtpu (release)"
 VIRTUAL_ENV="$ROOT/.venv" cargo build --release -q --workspace
+
+# --- the example plugins (wasm32), dropped into target/plugins --------------------
+log "building the example plugins (wasm32)"
+cargo build --release -q --target wasm32-unknown-unknown --manifest-path plugins/Cargo.toml --target-dir target
+mkdir -p target/plugins
+for p in rms_norm swiglu byte_budget; do
+    cp -f "target/wasm32-unknown-unknown/release/$p.wasm" target/plugins/
+done
 
 # --- the PyTorch package: torchtpu with its native backend (torchtpu._C) -------
 export PATH="$ROOT/.venv/bin:$PATH" MAX_JOBS="${MAX_JOBS:-2}"

@@ -19,9 +19,7 @@ const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunc
 
 /// Where scripts/setup.sh puts the example plugins.
 fn examples_dir() -> PathBuf {
-    std::env::var_os("TORCHTPU_EXAMPLE_PLUGINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/wasm32-unknown-unknown/release")))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/plugins"))
 }
 
 /// Loads the three example plugins once per test process.
@@ -32,8 +30,7 @@ fn examples() {
             let path = examples_dir().join(format!("{name}.wasm"));
             assert!(
                 path.is_file(),
-                "{} is missing: scripts/setup.sh builds the example plugins \
-                 (cargo build --release --target wasm32-unknown-unknown --manifest-path plugins/Cargo.toml --target-dir target)",
+                "{} is missing: scripts/setup.sh builds the example plugins into target/plugins",
                 path.display()
             );
             host().load_file(&path, Limits::default()).unwrap_or_else(|e| panic!("{e}"));

@@ -43,8 +43,11 @@ fi
 failed=()
 for t in "${tests[@]}"; do
     "$CC" -std=c11 -Wall -Wextra -Werror -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-        -Iinclude "tests/c/$t.c" -o "$out/$t" -L"$libdir" -ltorchtpu -Wl,-rpath,"$libdir"
-    if "$out/$t" > "$out/$t.log" 2>&1; then
+        -Iinclude "tests/c/$t.c" -o "$out/$t" -L"$libdir" -ltorchtpu -lm -Wl,-rpath,"$libdir"
+    # test_plugin finds the example plugins where a user drops plugins.
+    plugins=""
+    [ "$t" = test_plugin ] && plugins=$PWD/target/plugins
+    if TORCHTPU_PLUGIN_PATH=$plugins "$out/$t" > "$out/$t.log" 2>&1; then
         echo "PASS $t"
     else
         echo "FAIL $t (log: $out/$t.log)"

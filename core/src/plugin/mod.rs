@@ -125,6 +125,11 @@ impl Plugin {
             lowering_misses: s.lowering_misses.load(Ordering::Relaxed),
         }
     }
+    /// Forgets the checked fragments, so the next lowering of every
+    /// signature asks the plugin again (for measurements).
+    pub fn clear_lowerings(&self) {
+        self.lowerings.lock().clear();
+    }
     /// The last failure of one of its fusion policies.
     pub fn last_policy_error(&self) -> Option<String> {
         self.last_error.lock().clone()

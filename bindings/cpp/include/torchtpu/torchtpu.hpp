@@ -577,7 +577,7 @@ class Runtime {
     detail::check(ttpu_runtime_fusion_stats(handle("fusion_stats"), &s));
     return s;
   }
-  /// "fuse_all" (default) or "loop_cut".
+  /// "fuse_all" (default), "loop_cut", or a plugin's "<plugin>::<policy>[?config]".
   void set_fusion_policy(const std::string& name) const {
     detail::check(ttpu_runtime_set_fusion_policy(handle("set_fusion_policy"), name.c_str()));
   }
@@ -880,6 +880,68 @@ inline Tensor linear(const Tensor& x, const Tensor& w) { return detail::call_on(
 /// `torch.nn.functional.linear(x, w, bias)`: x @ w.T + bias.
 inline Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return detail::call_on(x, "aten::linear", x, w, bias);
+}
+
+// ----------------------------------------------------------------- plugins
+// WebAssembly plugins are process-wide: once loaded, their ops are called
+// with `call(rt, "<plugin>::<op>", ...)` on any runtime, and their fusion
+// policies are selected with `Runtime::set_fusion_policy("<plugin>::<policy>")`.
+// Plugins in `$TORCHTPU_PLUGIN_PATH` load with the first runtime.
+
+/// One op of a plugin.
+struct PluginOp {
+  std::string name;      ///< "rms_norm::rms_norm", as `call` takes it
+  std::string schema;    ///< its aten-style declaration
+  std::string backward;  ///< the op computing its gradients, or empty
+};
+
+/// A loaded plugin, as `plugins()` lists it.
+struct Plugin {
+  std::string name, version, path;
+  uint32_t abi_major = 0, abi_minor = 0;
+  std::vector<PluginOp> ops;
+  std::vector<std::string> policies;
+  /// Calls into the module, failed calls, and lowerings served from the
+  /// checked-fragment cache or asked of the plugin.
+  uint64_t calls = 0, failures = 0, lowering_hits = 0, lowering_misses = 0;
+};
+
+/// Loads a `.wasm` plugin, or every `.wasm` in a directory. Throws `Error`
+/// naming every rejected file; the others stay loaded.
+inline void load_plugins(const std::string& path) { detail::check(ttpu_plugin_load(path.c_str())); }
+
+/// Every loaded plugin, in load order.
+inline std::vector<Plugin> plugins() {
+  std::vector<Plugin> out;
+  const std::size_t n = ttpu_plugin_count();
+  for (std::size_t i = 0; i < n; ++i) {
+    ttpu_plugin_info_t info{};
+    info.struct_size = sizeof info;
+    detail::check(ttpu_plugin_info(i, &info));
+    Plugin p;
+    p.name = info.name;
+    p.version = info.version;
+    p.path = info.path;
+    p.abi_major = info.abi_major;
+    p.abi_minor = info.abi_minor;
+    p.calls = info.calls;
+    p.failures = info.failures;
+    p.lowering_hits = info.lowering_hits;
+    p.lowering_misses = info.lowering_misses;
+    for (std::size_t j = 0; j < info.num_ops; ++j) {
+      ttpu_plugin_op_t op{};
+      op.struct_size = sizeof op;
+      detail::check(ttpu_plugin_op(i, j, &op));
+      p.ops.push_back({op.name, op.schema, detail::str_or_empty(op.backward)});
+    }
+    for (std::size_t j = 0; j < info.num_policies; ++j) {
+      const char* name = nullptr;
+      detail::check(ttpu_plugin_policy_name(i, j, &name));
+      p.policies.emplace_back(name);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 // ----------------------------------------------------------------- version
