@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: setup (idempotent), Rust unit and integration tests, the
+# Runs every test: setup (idempotent), Rust unit and integration tests (the
+# WebAssembly plugin host against the example and hostile plugins among them),
+# the plugin SDK's tests, the
 # header drift and standalone-compile checks, the C ABI tests under ASan,
 # UBSan and LSan, the C++ bindings (CTest, the
 # installed CMake package and its example, and a sanitizer run), and the
@@ -13,6 +15,10 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 
 step "Rust tests"
 cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*|)$'
+
+step "Plugin SDK and example plugins (host-side unit tests)"
+cargo test --release -q --manifest-path plugins/Cargo.toml --target-dir target 2>&1 \
+    | grep -vE '^(running 0 tests|test result: ok. 0 passed.*|)$'
 
 step "C header: drift against capi/ and standalone compile as C11 and C++17"
 scripts/check-header.sh

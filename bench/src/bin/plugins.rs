@@ -58,7 +58,7 @@ fn us(s: f64) -> String {
 }
 
 fn row(what: &str, plugin: f64, builtin: f64) {
-    println!("  {what:<44} plugin {}   built-in {}   ratio {:5.2}x", us(plugin), us(builtin), plugin / builtin);
+    println!("  {what:<46} plugin {}   built-in {}   ratio {:5.2}x", us(plugin), us(builtin), plugin / builtin);
 }
 
 fn main() {
