@@ -377,6 +377,11 @@ struct ttpu_error_t *ttpu_op_name(size_t index, const char **out_name);
 // why.
 struct ttpu_error_t *ttpu_plugin_load(const char *path);
 
+// Loads the plugins of `$TORCHTPU_PLUGIN_PATH` now, as creating the first
+// runtime does (once per process; later calls do nothing). Returns an error
+// naming the rejected files, if any (the others load).
+struct ttpu_error_t *ttpu_plugin_load_env(void);
+
 // The number of loaded plugins.
 size_t ttpu_plugin_count(void);
 

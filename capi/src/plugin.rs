@@ -33,12 +33,25 @@ const _: () = assert!(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_plugin_load(path: *const c_char) -> *mut ttpu_error_t {
     ffi_boundary!({
+        crate::runtime::init_logging();
         let path = str_arg(path, "ttpu_plugin_load: path")?;
         let p = Path::new(path);
         if !p.exists() {
             return Err(Error::NotFound(format!("ttpu_plugin_load: {path}: no such file or directory")));
         }
         host().load(p, Limits::from_env()).into_result().map(|_| ())
+    })
+}
+
+/// Loads the plugins of `$TORCHTPU_PLUGIN_PATH` now, as creating the first
+/// runtime does (once per process; later calls do nothing). Returns an error
+/// naming the rejected files, if any (the others load).
+#[no_mangle]
+pub extern "C" fn ttpu_plugin_load_env() -> *mut ttpu_error_t {
+    ffi_boundary!({
+        crate::runtime::init_logging();
+        let rejected = host().load_env();
+        torchtpu_core::plugin::LoadReport { loaded: Vec::new(), rejected }.into_result().map(|_| ())
     })
 }
 

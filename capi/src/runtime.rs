@@ -106,7 +106,7 @@ pub unsafe extern "C" fn ttpu_runtime_create(
 
 /// Logs go to stderr, filtered by `TORCHTPU_LOG` (e.g. `debug`,
 /// `torchtpu_core=trace`); warnings by default.
-fn init_logging() {
+pub(crate) fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let filter = tracing_subscriber::EnvFilter::try_from_env("TORCHTPU_LOG")

@@ -162,8 +162,7 @@ impl LoadReport {
             0 => Ok(self.loaded),
             1 => Err(self.rejected.into_iter().next().expect("one").error),
             n => Err(Error::InvalidArgument(format!(
-                "{n} plugin files were rejected (the other {} loaded):\n  {}",
-                self.loaded.len(),
+                "{n} plugin files were rejected (the others still loaded):\n  {}",
                 self.rejected.iter().map(|r| r.error.to_string()).collect::<Vec<_>>().join("\n  ")
             ))),
         }
@@ -195,8 +194,10 @@ pub fn host() -> &'static Host {
 impl Host {
     /// Loads the directories (and files) of `$TORCHTPU_PLUGIN_PATH`
     /// (colon-separated), once per process. Rejections are logged and kept
-    /// in [`Host::rejections`]; they never fail the caller.
-    pub fn load_env(&self) {
+    /// in [`Host::rejections`]; the first call returns them, later calls
+    /// return nothing.
+    pub fn load_env(&self) -> Vec<Rejection> {
+        let mut rejected = Vec::new();
         self.env.call_once(|| {
             let Some(paths) = std::env::var_os("TORCHTPU_PLUGIN_PATH") else { return };
             for dir in std::env::split_paths(&paths).filter(|p| !p.as_os_str().is_empty()) {
@@ -205,10 +206,12 @@ impl Host {
                     tracing::info!(plugin = p.name(), path = %p.path.display(), "loaded plugin from TORCHTPU_PLUGIN_PATH");
                 }
                 for r in &report.rejected {
-                    tracing::warn!("{}", r.error);
+                    tracing::warn!("{} (from TORCHTPU_PLUGIN_PATH)", r.error);
                 }
+                rejected.extend(report.rejected);
             }
         });
+        rejected
     }
 
     /// Loads a `.wasm` file, or every `.wasm` in a directory (in name
