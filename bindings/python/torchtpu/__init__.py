@@ -8,6 +8,8 @@ Importing the package (or just ``import torch``, through the
 """
 
 from ._capi import (  # noqa: F401
+    AbortedError,
+    DeadlineExceededError,
     FailedPreconditionError,
     InternalError,
     InvalidArgumentError,
@@ -33,6 +35,7 @@ from .runtime import (  # noqa: F401
     thread_mode,
     version,
 )
+from ._plugins import Plugin, PluginOp, load_plugins, plugins  # noqa: F401
 
 __version__ = version()
 

@@ -85,6 +85,12 @@ class InvalidArgumentError(TorchTPUError, ValueError):
     code = 3
 
 
+class DeadlineExceededError(TorchTPUError, TimeoutError):
+    """A call ran out of its time or fuel (e.g. a plugin that loops)."""
+
+    code = 4
+
+
 class NotFoundError(TorchTPUError, LookupError):
     code = 5
 
@@ -95,6 +101,12 @@ class ResourceExhaustedError(TorchTPUError):
 
 class FailedPreconditionError(TorchTPUError):
     code = 9
+
+
+class AbortedError(TorchTPUError):
+    """The call was aborted (e.g. a plugin trapped)."""
+
+    code = 10
 
 
 class OutOfRangeError(TorchTPUError, IndexError):
@@ -109,8 +121,9 @@ class InternalError(TorchTPUError):
     code = 13
 
 
-_BY_CODE = {c.code: c for c in (InvalidArgumentError, NotFoundError, ResourceExhaustedError,
-                                  FailedPreconditionError, OutOfRangeError, UnimplementedError, InternalError)}
+_BY_CODE = {c.code: c for c in (InvalidArgumentError, DeadlineExceededError, NotFoundError, ResourceExhaustedError,
+                                  FailedPreconditionError, AbortedError, OutOfRangeError, UnimplementedError,
+                                  InternalError)}
 
 
 def check(err) -> None:

@@ -22,7 +22,24 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _print_from_host()
+    _plugin_ops()
     _registered = True
+
+
+def _plugin_ops() -> None:
+    """Loads ``$TORCHTPU_PLUGIN_PATH`` and defines the plugins' ops, so that
+    ``torch.ops.<plugin>.<op>`` exists right after ``import torch``. A file
+    that cannot load is a warning, not a failed import."""
+    import warnings
+
+    from . import _plugins as plugins
+    from . import custom_ops
+
+    try:
+        plugins.load_env()
+    except Exception as e:  # noqa: BLE001 (every rejection is reported, none is fatal)
+        warnings.warn(f"torchtpu: some plugins in TORCHTPU_PLUGIN_PATH were not loaded: {e}", stacklevel=3)
+    custom_ops.register_plugin_ops()
 
 
 def _print_from_host() -> None:

@@ -16,15 +16,17 @@ from typing import Any, Iterator
 
 import torch
 
-from . import _C
+from . import _C, custom_ops
+from . import _plugins as plugins_mod
 from .runtime import Runtime, get_mode, set_mode
 
 __all__ = [
     "EagerMode", "Event", "Stream", "compile_cache_stats", "current_device", "current_stream", "device",
     "device_count", "eager_mode", "enable_cpu_fallback", "explain_recompiles", "fallback_stats",
     "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all", "initial_seed",
-    "is_available", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
-    "memory_allocated", "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode", "set_rng_state",
+    "is_available", "is_initialized", "load_plugins", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "memory_allocated", "plugins", "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode",
+    "set_fusion_policy", "set_rng_state",
     "set_rng_state_all", "set_stream", "stream", "synchronize",
 ]
 
@@ -274,6 +276,32 @@ def explain_recompiles() -> str:
     flushes = ", ".join(f"{k}: {v}" for k, v in rt.fusion_stats()["flushes"].items() if v)
     miss = rt.last_miss_explanation() or "no fused program has missed the cache"
     return f"{miss}\nflushes by reason: {flushes or 'none'}"
+
+
+def set_fusion_policy(name: str) -> None:
+    """The fusion policy of ``DEFER_AND_FUSE`` mode: ``"fuse_all"`` (default),
+    ``"loop_cut"``, or a plugin's ``"<plugin>::<policy>[?config]"``."""
+    _runtime().set_fusion_policy(name)
+
+
+# ---------------------------------------------------------------- plugins
+
+
+def load_plugins(path: Any) -> list[plugins_mod.Plugin]:
+    """Loads a WebAssembly plugin (a ``.wasm`` file, or every one in a
+    directory) and defines its ops as ``torch.ops.<plugin>.<op>``, with
+    autograd where the plugin provides a backward op. Raises naming each
+    rejected file; the others stay loaded."""
+    try:
+        plugins_mod.load_plugins(path)
+    finally:
+        custom_ops.register_plugin_ops()
+    return plugins_mod.plugins()
+
+
+def plugins() -> list[plugins_mod.Plugin]:
+    """The loaded plugins: name, version, path, ops, policies, counters."""
+    return plugins_mod.plugins()
 
 
 def fallback_stats() -> dict[str, int]:
