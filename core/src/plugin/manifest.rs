@@ -21,6 +21,9 @@ fn allowed_arg(ty: &ArgType) -> bool {
     )
 }
 
+/// Namespaces a plugin may not take: its ops would pose as built-in ones.
+const RESERVED: &[&str] = &["aten", "prim", "prims", "torch", "torchtpu", "c10d", "_c10d_functional", "quantized"];
+
 /// A checked manifest with its parsed op schemas.
 #[derive(Debug, Clone)]
 pub struct Checked {
@@ -107,6 +110,9 @@ pub fn check(manifest: Manifest) -> Result<Checked, String> {
     let name = &manifest.name;
     if !valid_name(name) {
         return Err(format!("plugin name {name:?} must match [a-z_][a-z0-9_]*"));
+    }
+    if RESERVED.contains(&name.as_str()) {
+        return Err(format!("plugin name '{name}' is reserved (it is a namespace of PyTorch's or torchtpu's own ops)"));
     }
     if manifest.ops.is_empty() && manifest.policies.is_empty() {
         return Err(format!("plugin '{name}' declares no ops and no policies"));
@@ -201,6 +207,7 @@ mod tests {
             (Manifest { abi: AbiVersion { major: 2, minor: 0 }, ..manifest(&[], &["demo::p"]) }, "ABI 2.0"),
             (Manifest { abi: AbiVersion { major: 1, minor: 9 }, ..manifest(&[], &["demo::p"]) }, "ABI 1.9"),
             (Manifest { name: "Bad-Name".into(), ..manifest(&[], &["demo::p"]) }, "must match"),
+            (Manifest { name: "aten".into(), ..manifest(&[], &["aten::p"]) }, "reserved"),
             (manifest(&[], &[]), "no ops and no policies"),
             (manifest(&[("other::f(Tensor a) -> Tensor", None)], &[]), "outside the plugin's namespace"),
             (manifest(&[("demo::f(Tensor(a!) a) -> Tensor(a!)", None)], &[]), "functional"),
