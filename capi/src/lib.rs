@@ -7,12 +7,14 @@
 //! only on success; a fallible call returns `ttpu_error_t*`, NULL on success.
 //! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`],
 //! [`fusion`] (flushes, policies, the program cache, explanations).
-//! [`stream`] (streams and events), [`plugin`] (WebAssembly plugins).
+//! [`stream`] (streams and events), [`collective`] (collectives across
+//! devices), [`plugin`] (WebAssembly plugins).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
 #[macro_use]
 mod ffi;
+pub mod collective;
 pub mod error;
 pub mod fusion;
 pub mod op;

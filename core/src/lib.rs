@@ -1,7 +1,8 @@
 //! torchtpu-core: the whole runtime in pure Rust.
 //!
 //! Layers, top to bottom: [`runtime`] (devices, execution modes, the op cache),
-//! [`cache`] (the two-tier compile cache for fused programs), [`ops`] (the
+//! [`cache`] (the two-tier compile cache for fused programs), [`collective`]
+//! (collectives across devices and their lowering), [`ops`] (the
 //! aten op registry: inference and lowering to StableHLO), the data model
 //! ([`dtype`], [`shape`], [`storage`], [`tensor`]), [`hlo`] (the StableHLO
 //! text builder), [`pjrt`] (the device runtime), and [`plugin`] (the
@@ -9,6 +10,7 @@
 //! Nothing here knows about the C ABI or any frontend.
 
 pub mod cache;
+pub mod collective;
 pub mod dtype;
 pub mod error;
 pub mod graph;

@@ -5,6 +5,7 @@
 //! takes `&self`.
 
 mod call;
+mod collective;
 mod eager;
 mod fused;
 pub mod mode;

@@ -14,6 +14,8 @@ pub struct Stats {
     pub recorded_ops: AtomicU64,
     /// Fused programs executed.
     pub fused_programs: AtomicU64,
+    /// Collectives launched.
+    pub collectives: AtomicU64,
     /// Flushes by [`crate::graph::FlushReason`].
     pub flushes: [AtomicU64; 8],
 }
@@ -31,6 +33,7 @@ pub struct StatsSnapshot {
     pub cached_programs: u64,
     pub recorded_ops: u64,
     pub fused_programs: u64,
+    pub collectives: u64,
     /// Flushes by [`crate::graph::FlushReason`] (indexed by its value).
     pub flushes: [u64; 8],
 }
@@ -52,6 +55,7 @@ impl Stats {
             cached_programs: 0,
             recorded_ops: g(&self.recorded_ops),
             fused_programs: g(&self.fused_programs),
+            collectives: g(&self.collectives),
             flushes: std::array::from_fn(|i| g(&self.flushes[i])),
         }
     }
