@@ -50,6 +50,28 @@ enum ttpu_code
 typedef int32_t ttpu_code;
 #endif // __cplusplus
 
+// Which collective a `ttpu_collective_t` describes. Shapes follow PyTorch:
+// ALL_GATHER concatenates along dim 0, REDUCE_SCATTER and ALL_TO_ALL split
+// dim 0 into one chunk per rank.
+enum ttpu_collective_kind
+#ifdef __cplusplus
+  : int32_t
+#endif // __cplusplus
+ {
+  TTPU_COLLECTIVE_KIND_ALL_REDUCE = 0,
+  TTPU_COLLECTIVE_KIND_ALL_GATHER = 1,
+  TTPU_COLLECTIVE_KIND_REDUCE_SCATTER = 2,
+  // Every rank gets rank `root`'s tensor.
+  TTPU_COLLECTIVE_KIND_BROADCAST = 3,
+  TTPU_COLLECTIVE_KIND_ALL_TO_ALL = 4,
+  // Send/recv: each (source, target) pair of `pairs` moves the source
+  // rank's tensor to the target rank; ranks that receive nothing get zeros.
+  TTPU_COLLECTIVE_KIND_PERMUTE = 5,
+};
+#ifndef __cplusplus
+typedef int32_t ttpu_collective_kind;
+#endif // __cplusplus
+
 // Element types. The values are PyTorch's `c10::ScalarType` codes.
 enum ttpu_dtype
 #ifdef __cplusplus
@@ -105,6 +127,23 @@ enum ttpu_mode
 };
 #ifndef __cplusplus
 typedef int32_t ttpu_mode;
+#endif // __cplusplus
+
+// How an all-reduce or a reduce-scatter combines values.
+enum ttpu_reduce_op
+#ifdef __cplusplus
+  : int32_t
+#endif // __cplusplus
+ {
+  TTPU_REDUCE_OP_SUM = 0,
+  // The sum divided by the group size (floating-point dtypes only).
+  TTPU_REDUCE_OP_AVG = 1,
+  TTPU_REDUCE_OP_MAX = 2,
+  TTPU_REDUCE_OP_MIN = 3,
+  TTPU_REDUCE_OP_PROD = 4,
+};
+#ifndef __cplusplus
+typedef int32_t ttpu_reduce_op;
 #endif // __cplusplus
 
 // The kind of a `ttpu_value_t`, and which field carries it.
@@ -164,6 +203,21 @@ typedef struct ttpu_stream_t ttpu_stream_t;
 
 // A tensor handle. Owned by the caller; free with `ttpu_tensor_destroy`.
 typedef struct ttpu_tensor_t ttpu_tensor_t;
+
+// A collective and its attributes. Set `struct_size` to
+// `sizeof(ttpu_collective_t)`; fields a kind does not use are ignored.
+typedef struct ttpu_collective_t {
+  size_t struct_size;
+  // A `ttpu_collective_kind`.
+  int32_t kind;
+  // A `ttpu_reduce_op` (ALL_REDUCE, REDUCE_SCATTER).
+  int32_t reduce_op;
+  // The source rank (BROADCAST).
+  int64_t root;
+  // `2 * num_pairs` ranks: source, target, source, target... (PERMUTE).
+  const int64_t *pairs;
+  size_t num_pairs;
+} ttpu_collective_t;
 
 // Fused-mode counters. Set `struct_size` before calling.
 typedef struct ttpu_fusion_stats_t {
@@ -278,6 +332,36 @@ typedef struct ttpu_stats_t {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Runs collective `c` across the devices of `inputs[0..n]`: rank `r` is the
+// device of `inputs[r]` (distinct devices, one dtype and shape). On success
+// `outputs[0..n]` receive new tensor handles, output `r` on rank `r`'s
+// device, which the caller frees with `ttpu_tensor_destroy`; on error
+// nothing is written. Inputs are borrowed for the call.
+struct ttpu_error_t *ttpu_collective_run(const struct ttpu_runtime_t *runtime,
+                                         const struct ttpu_collective_t *c,
+                                         const struct ttpu_tensor_t *const *inputs,
+                                         size_t n,
+                                         struct ttpu_tensor_t **outputs);
+
+// As `ttpu_collective_run` over an explicit group: `group[0..group_size]`
+// are PJRT global device ids (`ttpu_device_id`) in rank order, and `inputs[0..n]` are the
+// members on this runtime's devices, in rank order. Where the client's
+// devices span processes (a TPU pod), every process calls this with its own
+// members. `outputs[0..n]` receive one new handle per input.
+struct ttpu_error_t *ttpu_collective_run_in_group(const struct ttpu_runtime_t *runtime,
+                                                  const struct ttpu_collective_t *c,
+                                                  const int64_t *group,
+                                                  size_t group_size,
+                                                  const struct ttpu_tensor_t *const *inputs,
+                                                  size_t n,
+                                                  struct ttpu_tensor_t **outputs);
+
+// Returns once every device of `devices[0..n]` has finished the work queued
+// before it on its current stream, reporting that work's first error.
+struct ttpu_error_t *ttpu_collective_barrier(const struct ttpu_runtime_t *runtime,
+                                             const int64_t *devices,
+                                             size_t n);
 
 // The error's status code (a `ttpu_code` value). Returns `TTPU_CODE_OK` for
 // NULL (no error).

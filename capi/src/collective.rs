@@ -12,16 +12,16 @@ use crate::ffi::{check_struct_size, slice_arg, Handle};
 use crate::runtime::ttpu_runtime_t;
 use crate::tensor::ttpu_tensor_t;
 
-/// How `TTPU_ALL_REDUCE` and `TTPU_REDUCE_SCATTER` combine values.
+/// How an all-reduce or a reduce-scatter combines values.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ttpu_reduce_op {
-    TTPU_REDUCE_SUM = 0,
+    Sum = 0,
     /// The sum divided by the group size (floating-point dtypes only).
-    TTPU_REDUCE_AVG = 1,
-    TTPU_REDUCE_MAX = 2,
-    TTPU_REDUCE_MIN = 3,
-    TTPU_REDUCE_PROD = 4,
+    Avg = 1,
+    Max = 2,
+    Min = 3,
+    Prod = 4,
 }
 
 /// Which collective a `ttpu_collective_t` describes. Shapes follow PyTorch:
@@ -30,15 +30,15 @@ pub enum ttpu_reduce_op {
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ttpu_collective_kind {
-    TTPU_ALL_REDUCE = 0,
-    TTPU_ALL_GATHER = 1,
-    TTPU_REDUCE_SCATTER = 2,
+    AllReduce = 0,
+    AllGather = 1,
+    ReduceScatter = 2,
     /// Every rank gets rank `root`'s tensor.
-    TTPU_BROADCAST = 3,
-    TTPU_ALL_TO_ALL = 4,
+    Broadcast = 3,
+    AllToAll = 4,
     /// Send/recv: each (source, target) pair of `pairs` moves the source
     /// rank's tensor to the target rank; ranks that receive nothing get zeros.
-    TTPU_PERMUTE = 5,
+    Permute = 5,
 }
 
 /// A collective and its attributes. Set `struct_size` to

@@ -944,6 +944,101 @@ inline std::vector<Plugin> plugins() {
   return out;
 }
 
+// ------------------------------------------------------------- collectives
+
+/// How `all_reduce` and `reduce_scatter` combine values.
+enum class ReduceOp : int32_t {
+  Sum = TTPU_REDUCE_OP_SUM,
+  Avg = TTPU_REDUCE_OP_AVG,  ///< floating-point dtypes only
+  Max = TTPU_REDUCE_OP_MAX,
+  Min = TTPU_REDUCE_OP_MIN,
+  Prod = TTPU_REDUCE_OP_PROD,
+};
+
+namespace detail {
+
+/// Runs `c` over `inputs` (rank r = the device of `inputs[r]`, all through
+/// the runtime of `inputs[0]`); one output per input, on its device.
+inline std::vector<Tensor> collective(const std::vector<Tensor>& inputs, ttpu_collective_t c, const char* what) {
+  if (inputs.empty()) throw Error(TTPU_CODE_INVALID_ARGUMENT, std::string("torchtpu::") + what + ": no input tensors");
+  std::vector<const ttpu_tensor_t*> in;
+  in.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    if (!t) empty_handle(what);
+    in.push_back(t.capi());
+  }
+  std::vector<ttpu_tensor_t*> out(inputs.size(), nullptr);
+  const ttpu_runtime_t* rt = inputs[0].runtime();
+  check(ttpu_collective_run(rt, &c, in.data(), in.size(), out.data()));
+  std::vector<Tensor> result;
+  result.reserve(out.size());
+  for (ttpu_tensor_t* h : out) result.emplace_back(rt, h);
+  return result;
+}
+
+inline ttpu_collective_t collective_of(ttpu_collective_kind kind) {
+  ttpu_collective_t c{};
+  c.struct_size = sizeof c;
+  c.kind = kind;
+  return c;
+}
+
+}  // namespace detail
+
+/// Collectives across devices of one runtime. Each takes one tensor per
+/// participating device (rank r = the device of `inputs[r]`; one dtype and
+/// shape) and returns one new tensor per input, on the same device. Each is
+/// one cached program, a flush point in fused mode, and runs on each
+/// device's current stream (use a `StreamGuard` to overlap it with compute).
+
+/// Every rank gets the reduction of all inputs.
+inline std::vector<Tensor> all_reduce(const std::vector<Tensor>& inputs, ReduceOp op = ReduceOp::Sum) {
+  ttpu_collective_t c = detail::collective_of(TTPU_COLLECTIVE_KIND_ALL_REDUCE);
+  c.reduce_op = static_cast<int32_t>(op);
+  return detail::collective(inputs, c, "all_reduce");
+}
+/// Every rank gets all inputs concatenated along dim 0.
+inline std::vector<Tensor> all_gather(const std::vector<Tensor>& inputs) {
+  return detail::collective(inputs, detail::collective_of(TTPU_COLLECTIVE_KIND_ALL_GATHER), "all_gather");
+}
+/// The reduction split along dim 0: rank r gets chunk r.
+inline std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& inputs, ReduceOp op = ReduceOp::Sum) {
+  ttpu_collective_t c = detail::collective_of(TTPU_COLLECTIVE_KIND_REDUCE_SCATTER);
+  c.reduce_op = static_cast<int32_t>(op);
+  return detail::collective(inputs, c, "reduce_scatter");
+}
+/// Every rank gets rank `root`'s input, bit for bit.
+inline std::vector<Tensor> broadcast(const std::vector<Tensor>& inputs, int64_t root) {
+  ttpu_collective_t c = detail::collective_of(TTPU_COLLECTIVE_KIND_BROADCAST);
+  c.root = root;
+  return detail::collective(inputs, c, "broadcast");
+}
+/// Chunk j (along dim 0) of rank i becomes chunk i of rank j.
+inline std::vector<Tensor> all_to_all(const std::vector<Tensor>& inputs) {
+  return detail::collective(inputs, detail::collective_of(TTPU_COLLECTIVE_KIND_ALL_TO_ALL), "all_to_all");
+}
+/// Send/recv: each (source, target) pair moves the source rank's input to
+/// the target rank; ranks that receive nothing get zeros.
+inline std::vector<Tensor> permute(const std::vector<Tensor>& inputs,
+                                   const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  std::vector<int64_t> flat;
+  flat.reserve(2 * pairs.size());
+  for (const auto& [source, target] : pairs) {
+    flat.push_back(source);
+    flat.push_back(target);
+  }
+  ttpu_collective_t c = detail::collective_of(TTPU_COLLECTIVE_KIND_PERMUTE);
+  c.pairs = flat.data();
+  c.num_pairs = pairs.size();
+  return detail::collective(inputs, c, "permute");
+}
+/// Returns once every device of `devices` has finished the work queued
+/// before it on its current stream.
+inline void barrier(const Runtime& rt, const std::vector<int64_t>& devices) {
+  if (!rt) detail::empty_handle("barrier: runtime");
+  detail::check(ttpu_collective_barrier(rt.capi(), devices.data(), devices.size()));
+}
+
 // ----------------------------------------------------------------- version
 
 /// The library version ("0.1.0").
