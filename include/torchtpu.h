@@ -505,6 +505,11 @@ const char *ttpu_runtime_platform_version(const struct ttpu_runtime_t *runtime);
 struct ttpu_error_t *ttpu_runtime_device_count(const struct ttpu_runtime_t *runtime,
                                                size_t *out_count);
 
+// The number of devices of the whole PJRT client, including those of other
+// processes (a TPU pod slice); equal to the device count where the client
+// sees only its own process. 0 for a bad runtime.
+size_t ttpu_runtime_global_device_count(const struct ttpu_runtime_t *runtime);
+
 // Writes device `index` to `*out_device`. The device is borrowed from the
 // runtime (do not free it). Fails with OUT_OF_RANGE for a bad index.
 struct ttpu_error_t *ttpu_runtime_device(const struct ttpu_runtime_t *runtime,

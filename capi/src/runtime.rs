@@ -154,6 +154,14 @@ pub unsafe extern "C" fn ttpu_runtime_device_count(
     })
 }
 
+/// The number of devices of the whole PJRT client, including those of other
+/// processes (a TPU pod slice); equal to the device count where the client
+/// sees only its own process. 0 for a bad runtime.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_global_device_count(runtime: *const ttpu_runtime_t) -> usize {
+    crate::ffi::no_panic(0, || ttpu_runtime_t::borrow(runtime, "ttpu_runtime_global_device_count").map_or(0, |r| r.rt.global_device_count()))
+}
+
 /// Writes device `index` to `*out_device`. The device is borrowed from the
 /// runtime (do not free it). Fails with OUT_OF_RANGE for a bad index.
 #[no_mangle]

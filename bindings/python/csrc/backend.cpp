@@ -41,10 +41,18 @@ c10::DeviceIndex device_count() noexcept {
 }
 
 namespace {
-thread_local c10::DeviceIndex tls_device = 0;
+std::atomic<c10::DeviceIndex> default_device{0};
+// -1: this thread never called set_device, so it uses `default_device`.
+thread_local c10::DeviceIndex tls_device = -1;
 }  // namespace
 
-c10::DeviceIndex current_device() noexcept { return tls_device; }
+c10::DeviceIndex current_device() noexcept { return tls_device >= 0 ? tls_device : default_device.load(); }
+
+void set_default_device(c10::DeviceIndex index) {
+  TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", static_cast<int>(index), ": ",
+              static_cast<int>(device_count()), " tpu devices are available");
+  default_device.store(index);
+}
 
 void set_current_device(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", static_cast<int>(index), ": ",

@@ -22,6 +22,8 @@ const torchtpu::Runtime& runtime();
 c10::DeviceIndex device_count() noexcept;
 c10::DeviceIndex current_device() noexcept;
 void set_current_device(c10::DeviceIndex index);
+// The current device of threads that never set one (default 0).
+void set_default_device(c10::DeviceIndex index);
 
 // Rethrows a runtime error as the matching PyTorch error (UNIMPLEMENTED is
 // NotImplementedError, OUT_OF_RANGE IndexError, else RuntimeError).

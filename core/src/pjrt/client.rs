@@ -57,6 +57,9 @@ pub struct Client {
     raw: *mut sys::PJRT_Client,
     devices: Vec<*mut sys::PJRT_Device>,
     infos: Vec<DeviceInfo>,
+    /// Every device of the client, addressable or not: more than `devices`
+    /// where the client spans processes (a TPU pod slice).
+    global_device_count: usize,
     memory: Vec<MemoryStats>,
     platform_name: String,
     platform_version: String,
@@ -155,9 +158,13 @@ impl Client {
                 description: owned_str(ds.debug_string, ds.debug_string_size),
             });
         }
+        let mut all = args!(PJRT_Client_Devices_Args);
+        all.client = raw;
+        api.call("PJRT_Client_Devices", t.PJRT_Client_Devices, &mut all)?;
+        let global_device_count = all.num_devices;
         let memory = devices.iter().map(|_| MemoryStats::default()).collect();
         tracing::info!(platform = %platform_name, version = %platform_version, devices = devices.len(), "PJRT client ready");
-        Ok(Arc::new(Client { api, raw, devices, infos, memory, platform_name, platform_version }))
+        Ok(Arc::new(Client { api, raw, devices, infos, global_device_count, memory, platform_name, platform_version }))
     }
 
     pub fn api(&self) -> &Arc<Api> {
@@ -174,6 +181,10 @@ impl Client {
     }
     pub fn device_count(&self) -> usize {
         self.devices.len()
+    }
+    /// Devices of the whole client, including other processes' (see the field).
+    pub fn global_device_count(&self) -> usize {
+        self.global_device_count
     }
     pub fn memory(&self, device: usize) -> &MemoryStats {
         &self.memory[device]

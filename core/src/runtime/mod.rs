@@ -144,6 +144,12 @@ impl Runtime {
     pub fn device_count(&self) -> usize {
         self.client.device_count()
     }
+    /// Devices of the whole PJRT client: more than [`Runtime::device_count`]
+    /// where the client's devices span processes (libtpu on a pod), which is
+    /// when collectives across processes can run natively.
+    pub fn global_device_count(&self) -> usize {
+        self.client.global_device_count()
+    }
     /// Checks a device index from a caller.
     pub fn device(&self, index: i64) -> Result<usize> {
         self.client.check_device(index)
