@@ -13,8 +13,13 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from . import _C  # noqa: F401  (loading it registers kernels, guard, allocator, hooks)
-    from . import tpu
+    from . import _launch
+
+    _launch.configure_visibility()  # before the PJRT client starts
+    from . import _C  # loading it registers kernels, guard, allocator, hooks
+    from . import distributed, tpu
+
+    _launch.bind_local_rank(_C._device_count(), _C._set_default_device)
 
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
@@ -23,6 +28,7 @@ def register() -> None:
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _print_from_host()
     _plugin_ops()
+    distributed.register()
     _registered = True
 
 

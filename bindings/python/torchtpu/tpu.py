@@ -16,12 +16,12 @@ from typing import Any, Iterator
 
 import torch
 
-from . import _C, custom_ops
+from . import _C, comm, custom_ops
 from . import _plugins as plugins_mod
 from .runtime import Runtime, get_mode, set_mode
 
 __all__ = [
-    "EagerMode", "Event", "Stream", "compile_cache_stats", "current_device", "current_stream", "device",
+    "EagerMode", "Event", "Stream", "comm", "compile_cache_stats", "current_device", "current_stream", "device",
     "device_count", "eager_mode", "enable_cpu_fallback", "explain_recompiles", "fallback_stats",
     "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all", "initial_seed",
     "is_available", "is_initialized", "load_plugins", "manual_seed", "manual_seed_all", "max_memory_allocated",
