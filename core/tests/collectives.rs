@@ -15,6 +15,14 @@ use torchtpu_core::{DType, ExecMode, Runtime, RuntimeOptions, Tensor, Value};
 const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
 const N: usize = 4;
 
+/// One test at a time: replicated programs of several clients running at
+/// once in one process (parallel tests) crashed the XLA CPU plugin (SIGSEGV
+/// in a release build); the cause inside the plugin is not yet known.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn rt() -> Arc<Runtime> {
     Runtime::new(RuntimeOptions { cpu_device_count: Some(N), ..Default::default() }).expect("runtime")
 }
@@ -77,6 +85,7 @@ fn in_modes(f: impl Fn(ExecMode)) {
 
 #[test]
 fn all_reduce_every_op_f32_and_bf16() {
+    let _serial = serial();
     let rt = rt();
     let expected_inputs: Vec<Vec<f32>> = (0..N).map(input).collect();
     in_modes(|mode| {
@@ -100,6 +109,7 @@ fn all_reduce_every_op_f32_and_bf16() {
 
 #[test]
 fn gather_scatter_all_to_all_and_permute() {
+    let _serial = serial();
     let rt = rt();
     in_modes(|mode| {
         for dtype in [DType::F32, DType::BF16] {
@@ -155,6 +165,7 @@ fn gather_scatter_all_to_all_and_permute() {
 
 #[test]
 fn broadcast_is_bit_exact() {
+    let _serial = serial();
     let rt = rt();
     // NaN with a payload, -0.0 and infinities survive (a float sum would not keep -0.0).
     let special = [f32::from_bits(0x7fc0_1234), -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e-42, 3.5];
@@ -184,6 +195,7 @@ fn broadcast_is_bit_exact() {
 
 #[test]
 fn subgroups_views_and_integer_max() {
+    let _serial = serial();
     let rt = rt();
     // Two of the four devices, in a different rank order: rank 0 is tpu:3.
     let a = put_f32(&rt, &[1.0, 2.0, 3.0, 4.0], &[2, 2], 3);
@@ -207,6 +219,7 @@ fn subgroups_views_and_integer_max() {
 
 #[test]
 fn a_collective_flushes_pending_graphs_and_is_cached() {
+    let _serial = serial();
     let rt = rt();
     set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
     let before = rt.stats();
@@ -236,6 +249,7 @@ fn a_collective_flushes_pending_graphs_and_is_cached() {
 
 #[test]
 fn a_collective_on_a_side_stream_orders_with_its_events() {
+    let _serial = serial();
     use torchtpu_core::runtime::StreamEvent;
     let rt = rt();
     let side: Vec<_> = (0..N).map(|d| rt.streams().create(d)).collect();
@@ -260,6 +274,7 @@ fn a_collective_on_a_side_stream_orders_with_its_events() {
 
 #[test]
 fn barrier_meets_every_device() {
+    let _serial = serial();
     let rt = rt();
     rt.barrier(&[0, 1, 2, 3]).unwrap();
     rt.barrier(&[2]).unwrap();
@@ -269,6 +284,7 @@ fn barrier_meets_every_device() {
 
 #[test]
 fn bad_calls_name_the_collective_and_the_ranks() {
+    let _serial = serial();
     let rt = rt();
     let a = put_f32(&rt, &[1.0; 4], &[4], 0);
     let b = put_f32(&rt, &[1.0; 6], &[6], 1);
