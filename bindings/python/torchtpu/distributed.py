@@ -156,6 +156,11 @@ def _tensors(arg: Any) -> list[torch.Tensor]:
     return []
 
 
+def _outputs(method: _Method, args: tuple) -> list[torch.Tensor]:
+    """The tensors a call writes, which its Work's future returns."""
+    return [t for role, a in zip(method.roles, args) if role in (_OUT, _INOUT) for t in _tensors(a)]
+
+
 class _Call:
     """One rank's call, as the fingerprint encodes it and errors print it."""
 
@@ -318,7 +323,7 @@ class TpuBackend(_C10dBackend):
         if not method.p2p:
             self._agree(method, args)
         if self.transport == TRANSPORT_NATIVE and self._native(name, args):
-            outputs = [t for role, a in zip(method.roles, args) if role in (_OUT, _INOUT) for t in _tensors(a)]
+            outputs = _outputs(method, args)
         else:
             outputs = self._staged(method, args)
         self._seq += 1
@@ -352,7 +357,7 @@ class TpuBackend(_C10dBackend):
         self._wait(work, f"{method.collective} (collective #{self._seq})")
         for t, h in back:
             t.copy_(h)
-        return [t for role, a in zip(method.roles, args) if role in (_OUT, _INOUT) for t in _tensors(a)]
+        return _outputs(method, args)
 
     def _native(self, name: str, args: tuple) -> bool:
         """Runs `name` as a PJRT program over the group's devices; False for a
