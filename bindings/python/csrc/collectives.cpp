@@ -17,35 +17,27 @@ std::vector<at::Tensor> collective(int kind, int reduce_op, int64_t root, const 
                                    const std::vector<int64_t>& group, const std::vector<at::Tensor>& inputs) {
   TORCH_CHECK(pairs.size() % 2 == 0, "collective: pairs must hold (source, target) pairs");
   std::vector<torchtpu::Tensor> handles;
-  std::vector<const ttpu_tensor_t*> in;
   handles.reserve(inputs.size());
   for (const at::Tensor& t : inputs) {
     TORCH_CHECK(t.device().type() == c10::DeviceType::PrivateUse1, "collective: expected tpu tensors, got one on ",
                 t.device());
     handles.push_back(handle_of(t));
-    in.push_back(handles.back().capi());
   }
-  ttpu_collective_t c{};
-  c.struct_size = sizeof c;
-  c.kind = kind;
-  c.reduce_op = reduce_op;
+  ttpu_collective_t c = torchtpu::detail::collective_of(static_cast<ttpu_collective_kind>(kind));
+  c.reduce_op = static_cast<ttpu_reduce_op>(reduce_op);
   c.root = root;
   c.pairs = pairs.data();
   c.num_pairs = pairs.size() / 2;
-  std::vector<ttpu_tensor_t*> out(inputs.size(), nullptr);
-  const ttpu_runtime_t* rt = runtime().capi();
+  std::vector<torchtpu::Tensor> out;
   try {
     py::gil_scoped_release nogil;
-    torchtpu::detail::check(group.empty()
-                                ? ttpu_collective_run(rt, &c, in.data(), in.size(), out.data())
-                                : ttpu_collective_run_in_group(rt, &c, group.data(), group.size(), in.data(),
-                                                               in.size(), out.data()));
+    out = torchtpu::detail::collective(handles, c, "collective", group);
   } catch (const torchtpu::Error& e) {
     rethrow(e);
   }
   std::vector<at::Tensor> result;
   result.reserve(out.size());
-  for (ttpu_tensor_t* h : out) result.push_back(wrap(torchtpu::Tensor(rt, h)));
+  for (torchtpu::Tensor& h : out) result.push_back(wrap(std::move(h)));
   return result;
 }
 

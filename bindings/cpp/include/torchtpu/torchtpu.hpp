@@ -958,8 +958,11 @@ enum class ReduceOp : int32_t {
 namespace detail {
 
 /// Runs `c` over `inputs` (rank r = the device of `inputs[r]`, all through
-/// the runtime of `inputs[0]`); one output per input, on its device.
-inline std::vector<Tensor> collective(const std::vector<Tensor>& inputs, ttpu_collective_t c, const char* what) {
+/// the runtime of `inputs[0]`); one output per input, on its device. A
+/// non-empty `group` (PJRT global device ids in rank order) is a group that
+/// spans processes, `inputs` being this process's members.
+inline std::vector<Tensor> collective(const std::vector<Tensor>& inputs, ttpu_collective_t c, const char* what,
+                                      const std::vector<int64_t>& group = {}) {
   if (inputs.empty()) throw Error(TTPU_CODE_INVALID_ARGUMENT, std::string("torchtpu::") + what + ": no input tensors");
   std::vector<const ttpu_tensor_t*> in;
   in.reserve(inputs.size());
@@ -969,7 +972,9 @@ inline std::vector<Tensor> collective(const std::vector<Tensor>& inputs, ttpu_co
   }
   std::vector<ttpu_tensor_t*> out(inputs.size(), nullptr);
   const ttpu_runtime_t* rt = inputs[0].runtime();
-  check(ttpu_collective_run(rt, &c, in.data(), in.size(), out.data()));
+  check(group.empty() ? ttpu_collective_run(rt, &c, in.data(), in.size(), out.data())
+                      : ttpu_collective_run_in_group(rt, &c, group.data(), group.size(), in.data(), in.size(),
+                                                     out.data()));
   std::vector<Tensor> result;
   result.reserve(out.size());
   for (ttpu_tensor_t* h : out) result.emplace_back(rt, h);
