@@ -109,11 +109,15 @@ TpuAllocator the_allocator;
 
 c10::Allocator* allocator() { return &the_allocator; }
 
-TpuStorage* storage_of(const at::Tensor& t) {
-  TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
-  const c10::DataPtr& dp = t.storage().data_ptr();
+TpuStorage* storage_of(const c10::Storage& storage) {
+  const c10::DataPtr& dp = storage.data_ptr();
   TORCH_CHECK(dp.get_deleter() == &delete_storage, "tpu tensor without a torchtpu storage (created by another allocator)");
   return static_cast<TpuStorage*>(dp.get_context());
+}
+
+TpuStorage* storage_of(const at::Tensor& t) {
+  TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
+  return storage_of(t.storage());
 }
 
 torchtpu::Tensor handle_of(const at::Tensor& t) {
@@ -362,8 +366,26 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   c10::Device getDeviceFromPtr(void*) const override { return c10::Device(c10::DeviceType::PrivateUse1, current_device()); }
   // Host memory needs no pinning for the runtime's transfers.
   c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
-  void resizePrivateUse1Bytes(const c10::Storage&, size_t) const override {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "resizing a tpu storage in place is not supported; resize the tensor instead");
+  // `untyped_storage().resize_(n)`, as FSDP2 frees an unsharded parameter
+  // (to 0 bytes) and allocates it again before its all-gather writes it.
+  // Contents are kept only where there are none to keep: a storage never
+  // written, or a resize from or to 0 bytes.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    TpuStorage* s = storage_of(storage);
+    size_t old = 0;
+    bool written = false;
+    c10::DeviceIndex device = 0;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      old = s->nbytes;
+      written = static_cast<bool>(s->base);
+      device = s->device;
+    }
+    if (nbytes == old) return;
+    TORCH_CHECK_NOT_IMPLEMENTED(!written || old == 0 || nbytes == 0, "resizing a written tpu storage in place from ",
+                                old, " to ", nbytes, " bytes would have to keep its contents, which is not supported; "
+                                "resize it to 0 bytes first, or resize the tensor instead");
+    replace_storage(storage.unsafeGetStorageImpl(), nbytes, device, {});
   }
 };
 

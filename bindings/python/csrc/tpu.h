@@ -39,8 +39,9 @@ struct TpuStorage {
 };
 
 c10::Allocator* allocator();
-// The TpuStorage of a tpu tensor (checked).
+// The TpuStorage of a tpu tensor or storage (checked).
 TpuStorage* storage_of(const at::Tensor& t);
+TpuStorage* storage_of(const c10::Storage& storage);
 // A runtime view of `t`. Reading a storage never written gives zeros.
 torchtpu::Tensor handle_of(const at::Tensor& t);
 // A tpu tensor over a new storage holding runtime tensor `r` (its whole

@@ -13,8 +13,10 @@ import argparse
 import math
 import random
 import time
+from typing import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -77,12 +79,25 @@ def batches(data: torch.Tensor, steps: int, batch: int, block: int, seed: int):
 
 
 def train(device: str, steps: int, batch: int = 16, block: int = 64, compile: bool = False, seed: int = 0,
-          log_every: int = 25, quiet: bool = False) -> list[float]:
+          log_every: int = 25, quiet: bool = False,
+          wrap: Callable[[nn.Module], nn.Module] | None = None) -> list[float]:
+    """Trains for `steps` steps and returns each step's loss. Under
+    torch.distributed (ddp.py, fsdp.py) each rank takes its slice of the same
+    global batch of `batch` sequences, `wrap` makes the model data-parallel,
+    and the loss returned is the global batch's (the ranks' mean), so that
+    any number of ranks trains like one process on the whole batch."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    if batch % world:
+        raise ValueError(f"the global batch ({batch}) must divide evenly among {world} ranks")
+    rows = slice(rank * batch // world, (rank + 1) * batch // world)
+    quiet = quiet or rank != 0
     text = make_text()
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
     torch.manual_seed(seed)
     model = GPT(len(chars), block_size=block).to(device)
+    if wrap is not None:
+        model = wrap(model)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -97,8 +112,11 @@ def train(device: str, steps: int, batch: int = 16, block: int = 64, compile: bo
     start = time.perf_counter()
     for i, (x, y) in enumerate(batches(data, steps, batch, block, seed)):
         opt.zero_grad(set_to_none=True)
-        loss = step(x.to(device), y.to(device))
+        loss = step(x[rows].to(device), y[rows].to(device))
         opt.step()
+        if world > 1:
+            loss = loss.detach().clone()
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         losses.append(loss.item())
         if not quiet and (i % log_every == 0 or i == steps - 1):
             rate = (i + 1) / (time.perf_counter() - start)

@@ -69,26 +69,33 @@ def transport(group: Any = None) -> str:
 
 
 class _DoneWork(dist._Work):
-    """A finished collective. Its future returns the output tensors (DDP reads
-    ``result[0]``)."""
+    """A collective's Work. Its future returns the output tensors (DDP reads
+    ``result[0]``). ``finish``, when given, completes the collective (waits
+    for Gloo, copies the staged results back) on the first ``wait``."""
 
-    def __init__(self, outputs: list[torch.Tensor]):
+    def __init__(self, outputs: list[torch.Tensor], finish: Callable[[], None] | None = None):
         super().__init__()
         self._outputs = outputs
+        self._finish = finish
 
     def wait(self, timeout: Any = None) -> bool:
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
         return True
 
     def is_completed(self) -> bool:
-        return True
+        return self._finish is None
 
     def is_success(self) -> bool:
         return True
 
     def result(self) -> list[torch.Tensor]:
+        self.wait()
         return self._outputs
 
     def get_future(self) -> torch.futures.Future:
+        self.wait()
         devices = sorted({str(t.device) for t in self._outputs if t.device.type == "tpu"})
         fut = torch.futures.Future(devices=devices)
         fut.set_result(self._outputs)
@@ -265,7 +272,7 @@ class _Heartbeat:
         self._stop.set()
 
     def peers(self) -> dict[int, tuple[float, int] | None]:
-        """Each other rank's (seconds since its last heartbeat, collectives it
+        """Each other rank's last heartbeat (unix time, collectives it had
         finished), or None where the store cannot say."""
         out: dict[int, tuple[float, int] | None] = {}
         for r in range(self._size):
@@ -273,10 +280,32 @@ class _Heartbeat:
                 continue
             try:
                 stamp, seq = self._store.get(f"heartbeat/{r}").decode().split()
-                out[r] = (max(0.0, time.time() - float(stamp)), int(seq))
+                out[r] = (float(stamp), int(seq))
             except Exception:  # noqa: BLE001 (a store on a dead rank)
                 out[r] = None
         return out
+
+    def watch(self) -> dict[int, str | None]:
+        """Watches the other ranks' heartbeats for up to three periods: None
+        for a rank whose heartbeat went on (it is alive), else why it is
+        taken for dead."""
+        first = self.peers()
+        deadline = time.monotonic() + 3 * HEARTBEAT_S
+        now = first
+        while time.monotonic() < deadline:
+            now = self.peers()
+            if all(now[r] is not None and first[r] is not None and now[r][0] != first[r][0] for r in now):
+                break
+            time.sleep(HEARTBEAT_S / 4)
+        verdict: dict[int, str | None] = {}
+        for r, beat in now.items():
+            if beat is None:
+                verdict[r] = "its heartbeat cannot be read"
+            elif first[r] is not None and beat[0] == first[r][0]:
+                verdict[r] = f"no heartbeat for {max(0.0, time.time() - beat[0]):.1f} s"
+            else:
+                verdict[r] = None
+        return verdict
 
 
 # --- the backend ------------------------------------------------------------------------
@@ -322,15 +351,17 @@ class TpuBackend(_C10dBackend):
         method = _METHODS[name]
         if not method.p2p:
             self._agree(method, args)
-        if self.transport == TRANSPORT_NATIVE and self._native(name, args):
-            outputs = _outputs(method, args)
-        else:
-            outputs = self._staged(method, args)
+        finish = None
+        if not (self.transport == TRANSPORT_NATIVE and self._native(name, args)):
+            finish = self._staged(method, args)
         self._seq += 1
         self._heartbeat.seq = self._seq
-        return _DoneWork(outputs)
+        return _DoneWork(_outputs(method, args), finish)
 
-    def _staged(self, method: _Method, args: tuple) -> list[torch.Tensor]:
+    def _staged(self, method: _Method, args: tuple) -> Callable[[], None]:
+        """Starts `method` on Gloo over host copies; returns what completes it
+        (a send completes only when its peer receives, so nothing waits
+        here)."""
         staged: dict[int, torch.Tensor] = {}
         back: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -354,10 +385,14 @@ class TpuBackend(_C10dBackend):
         host_args = [stage(a, role) for role, a in zip(method.roles, args)]
         host_args += list(args[len(method.roles):])
         work = getattr(self._gloo, method.gloo)(*host_args)
-        self._wait(work, f"{method.collective} (collective #{self._seq})")
-        for t, h in back:
-            t.copy_(h)
-        return _outputs(method, args)
+        what = f"{method.collective} (collective #{self._seq})"
+
+        def finish() -> None:
+            self._wait(work, what)
+            for t, h in back:
+                t.copy_(h)
+
+        return finish
 
     def _native(self, name: str, args: tuple) -> bool:
         """Runs `name` as a PJRT program over the group's devices; False for a
@@ -428,17 +463,15 @@ class TpuBackend(_C10dBackend):
         head = (f"torchtpu: {what} failed on rank {self._rank} of {self._size} in process group "
                 f"{self._group_name!r} after {waited:.1f} s (timeout {self._timeout.total_seconds():.0f} s)")
         dead, late = [], []
-        for r, state in self._heartbeat.peers().items():
-            if state is None:
-                dead.append(f"rank {r} (its heartbeat cannot be read)")
-            elif state[0] > 3 * HEARTBEAT_S:
-                dead.append(f"rank {r} (last heartbeat {state[0]:.1f} s ago, after collective #{state[1] - 1})")
-            elif state[1] != self._seq:
-                late.append(f"rank {r} (alive, at collective #{state[1]})")
+        for r, why in self._heartbeat.watch().items():
+            if why is not None:
+                dead.append(f"rank {r} ({why})")
+            else:
+                late.append(f"rank {r}")
         if dead:
             head += ": " + ", ".join(dead) + (" has" if len(dead) == 1 else " have") + " died or stopped responding"
         elif late:
-            head += ": " + ", ".join(late) + " did not join this collective"
+            head += ": " + ", ".join(late) + (" is" if len(late) == 1 else " are") + " alive but did not complete it"
         return f"{head}.\nGloo reported: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}"
 
     # -- c10d's interface ---------------------------------------------------------------
@@ -449,6 +482,14 @@ class TpuBackend(_C10dBackend):
 
     def getBackendName(self) -> str:
         return "tpu"
+
+    # Each call runs when it is made, so c10d coalesces by calling the
+    # *_coalesced methods (FSDP2) or by running the ops one by one (p2p).
+    # Defined here because the inherited property asks this Python object
+    # back, without end.
+    @property
+    def supports_coalescing(self) -> bool:
+        return False
 
     def shutdown(self) -> None:
         self._heartbeat.stop()
