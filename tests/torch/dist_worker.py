@@ -23,8 +23,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-RANK = int(os.environ["RANK"])
-WORLD = int(os.environ["WORLD_SIZE"])
+# Defaults for the test, which imports this module for the model and data.
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 MODES = ["DEFER_NEVER", "DEFER_AND_FUSE"]
 
@@ -297,8 +298,29 @@ def killed() -> dict:
     return out
 
 
+def late() -> dict:
+    """The last rank stays alive but never joins the second collective."""
+    from torchtpu.distributed import CollectiveError
+
+    init()
+    t = rank_tensor(4, torch.float32)
+    dist.all_reduce(t)
+    if RANK == WORLD - 1:
+        time.sleep(3 * float(os.environ["TORCHTPU_TEST_TIMEOUT"]))
+        os._exit(0)
+    start = time.monotonic()
+    out: dict = {}
+    try:
+        dist.all_reduce(t)
+        out["error"] = None
+    except CollectiveError as e:
+        out["error"] = str(e)
+    out["seconds"] = time.monotonic() - start
+    return out
+
+
 SCENARIOS = {"collectives": collectives, "ddp": lambda: train("ddp"), "fsdp": lambda: train("fsdp"),
-             "dtensor": dtensor, "mismatch": mismatch, "killed": killed}
+             "dtensor": dtensor, "mismatch": mismatch, "killed": killed, "late": late}
 
 if __name__ == "__main__":
     scenario, out_dir = sys.argv[1], sys.argv[2]
