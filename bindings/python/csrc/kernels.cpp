@@ -378,22 +378,35 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
-// A dense CPU copy of a tpu tensor.
-at::Tensor to_cpu(const at::Tensor& src) {
+// Downloads tpu tensor `src` into `out`, a dense CPU tensor of its dtype and
+// shape.
+void download_into(const at::Tensor& src, const at::Tensor& out) {
   torchtpu::Tensor h = handle_of(src);
-  at::Tensor out = at::empty(src.sizes(), src.options().device(c10::kCPU));
   try {
     torchtpu::detail::check(ttpu_tensor_to_host(runtime().capi(), h.capi(), out.data_ptr(), out.nbytes()));
   } catch (const torchtpu::Error& e) {
     rethrow(e);
   }
+}
+
+// A dense CPU copy of a tpu tensor.
+at::Tensor to_cpu(const at::Tensor& src) {
+  at::Tensor out = at::empty(src.sizes(), src.options().device(c10::kCPU));
+  download_into(src, out);
   return out;
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
   if (self.numel() == 0) return self;
   if (!self.device().is_privateuseone()) {
-    self.copy_(to_cpu(src));
+    // Straight into `self` where it has the layout a download writes (the
+    // common `.cpu()` and staging case): one copy, not two.
+    if (self.is_contiguous() && self.scalar_type() == src.scalar_type() && self.sizes() == src.sizes() &&
+        !self.is_conj() && !self.is_neg()) {
+      download_into(src, self);
+    } else {
+      self.copy_(to_cpu(src));
+    }
     return self;
   }
   const c10::DeviceIndex device = self.device().index();

@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 import zlib
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -308,6 +308,39 @@ class _Heartbeat:
         return verdict
 
 
+# --- staging -------------------------------------------------------------------------------
+
+
+class _HostBuffers:
+    """Host buffers for staging, kept for the next call of the same dtype
+    and shape: training repeats the same collectives every step, and a
+    fresh buffer costs its page faults each time (most of a large
+    transfer's time). At most ``LIMIT`` bytes are kept."""
+
+    LIMIT = 1 << 30
+
+    def __init__(self) -> None:
+        self._free: dict[tuple, list[torch.Tensor]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def take(self, dtype: torch.dtype, shape: torch.Size) -> torch.Tensor:
+        with self._lock:
+            free = self._free.get((dtype, tuple(shape)))
+            if free:
+                h = free.pop()
+                self._bytes -= h.nbytes
+                return h
+        return torch.empty(shape, dtype=dtype)
+
+    def give(self, buffers: Iterable[torch.Tensor]) -> None:
+        with self._lock:
+            for h in buffers:
+                if self._bytes + h.nbytes <= self.LIMIT:
+                    self._free.setdefault((h.dtype, tuple(h.shape)), []).append(h)
+                    self._bytes += h.nbytes
+
+
 # --- the backend ------------------------------------------------------------------------
 
 
@@ -326,6 +359,7 @@ class TpuBackend(_C10dBackend):
         self._heartbeat = _Heartbeat(self._store, rank, size)
         self._check = os.environ.get("TORCHTPU_COLLECTIVE_CHECK", "") not in ("", "0")
         self._seq = 0
+        self._buffers = _HostBuffers()
         self.transport, self._group_ids = self._choose_transport()
         _report(self.transport)
 
@@ -369,7 +403,9 @@ class TpuBackend(_C10dBackend):
             if t.device.type == "cpu":
                 return t
             if id(t) not in staged:
-                h = t.cpu() if role != _OUT else torch.empty(t.shape, dtype=t.dtype)
+                h = self._buffers.take(t.dtype, t.shape)
+                if role != _OUT:
+                    h.copy_(t)
                 staged[id(t)] = h
                 if role != _IN:
                     back.append((t, h))
@@ -390,7 +426,8 @@ class TpuBackend(_C10dBackend):
         def finish() -> None:
             self._wait(work, what)
             for t, h in back:
-                t.copy_(h)
+                t.copy_(h)  # the upload copies h before it returns
+            self._buffers.give(staged.values())
 
         return finish
 
