@@ -6,7 +6,8 @@
 # UBSan and LSan, the C++ bindings (CTest, the
 # installed CMake package and its example, and a sanitizer run), and the
 # Python conformance suite against PyTorch on CPU (every test in strict,
-# debug and fused mode), and the PyTorch device tests (tests/torch).
+# debug and fused mode), and the PyTorch device tests (tests/torch, among them
+# torch.distributed across 2 processes and the DDP/FSDP2 examples under torchrun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -32,6 +33,6 @@ bindings/cpp/run-tests.sh
 step "Python conformance suite (C ABI vs PyTorch CPU)"
 .venv/bin/python -m pytest -q tests/python "$@"
 
-step "PyTorch device tpu: OpInfo conformance, training parity, devices, errors, memory"
+step "PyTorch device tpu: OpInfo conformance, training parity, devices, errors, memory, distributed"
 .venv/bin/python bindings/python/tools/op_coverage.py
 .venv/bin/python -m pytest -q -rs tests/torch "$@"
