@@ -334,3 +334,29 @@ def test_gpt_example_under_torchrun_tracks_one_process(tmp_path, example, mode):
     losses = json.loads(out.read_text())
     assert losses[-1] < losses[0] - 0.5  # it learns
     np.testing.assert_allclose(losses, reference, rtol=2e-3)
+
+
+# --- the transport ------------------------------------------------------------------------
+
+
+def test_transport_choice_is_checked(monkeypatch):
+    import datetime
+
+    import torch.distributed as dist
+    from torchtpu.distributed import TpuBackend
+
+    def create():
+        return TpuBackend(dist.HashStore(), 0, 1, datetime.timedelta(seconds=5))
+
+    monkeypatch.setenv("TORCHTPU_DIST_TRANSPORT", "pjrt-native")
+    with pytest.raises(ValueError, match="sees only its own .* devices .* use 'gloo-staged'"):
+        create()
+    monkeypatch.setenv("TORCHTPU_DIST_TRANSPORT", "nccl")
+    with pytest.raises(ValueError, match="TORCHTPU_DIST_TRANSPORT='nccl': expected"):
+        create()
+    monkeypatch.setenv("TORCHTPU_DIST_TRANSPORT", "")
+    backend = create()
+    try:
+        assert backend.transport == "gloo-staged"
+    finally:
+        backend.shutdown()

@@ -68,7 +68,7 @@ def transport(group: Any = None) -> str:
 # --- the Work a collective returns -------------------------------------------------
 
 
-class _DoneWork(dist._Work):
+class _TpuWork(dist._Work):
     """A collective's Work. Its future returns the output tensors (DDP reads
     ``result[0]``). ``finish``, when given, completes the collective (waits
     for Gloo, copies the staged results back) on the first ``wait``."""
@@ -353,6 +353,7 @@ class TpuBackend(_C10dBackend):
         self._rank, self._size, self._timeout = rank, size, timeout
         self._group_name = group_name or "default"
         self._store = dist.PrefixStore("torchtpu/", store)
+        self.transport, self._group_ids = self._choose_transport()  # first: it may refuse
         # Gloo stages every collective of the staged transport, and the
         # fingerprints and the send/recv of both.
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", self._store), rank, size, timeout)
@@ -360,7 +361,6 @@ class TpuBackend(_C10dBackend):
         self._check = os.environ.get("TORCHTPU_COLLECTIVE_CHECK", "") not in ("", "0")
         self._seq = 0
         self._buffers = _HostBuffers()
-        self.transport, self._group_ids = self._choose_transport()
         _report(self.transport)
 
     # -- transport -----------------------------------------------------------------
@@ -371,7 +371,12 @@ class TpuBackend(_C10dBackend):
             raise ValueError(f"TORCHTPU_DIST_TRANSPORT={forced!r}: expected {TRANSPORT_NATIVE!r} or "
                              f"{TRANSPORT_STAGED!r}")
         spans = _C._global_device_count() > _C._device_count()
-        if forced == TRANSPORT_STAGED or (not spans and forced != TRANSPORT_NATIVE):
+        if forced == TRANSPORT_NATIVE and not spans:
+            raise ValueError(f"TORCHTPU_DIST_TRANSPORT={TRANSPORT_NATIVE!r}, but this process's PJRT client sees only "
+                             f"its own {_C._device_count()} devices (global device count "
+                             f"{_C._global_device_count()}), so a program cannot span the processes; the XLA CPU "
+                             f"plugin is one such client: use {TRANSPORT_STAGED!r}")
+        if forced == TRANSPORT_STAGED or not spans:
             return TRANSPORT_STAGED, []
         # Every rank's device, as a PJRT global id, exchanged through the store.
         mine = _C._device_global_id(_C._current_device())
@@ -381,7 +386,7 @@ class TpuBackend(_C10dBackend):
 
     # -- every method goes through here ------------------------------------------------
 
-    def _run(self, name: str, args: tuple) -> _DoneWork:
+    def _run(self, name: str, args: tuple) -> _TpuWork:
         method = _METHODS[name]
         if not method.p2p:
             self._agree(method, args)
@@ -390,7 +395,7 @@ class TpuBackend(_C10dBackend):
             finish = self._staged(method, args)
         self._seq += 1
         self._heartbeat.seq = self._seq
-        return _DoneWork(_outputs(method, args), finish)
+        return _TpuWork(_outputs(method, args), finish)
 
     def _staged(self, method: _Method, args: tuple) -> Callable[[], None]:
         """Starts `method` on Gloo over host copies; returns what completes it
@@ -536,16 +541,16 @@ class TpuBackend(_C10dBackend):
         self._heartbeat.stop()
         self._gloo.abort()
 
-    def monitored_barrier(self, opts: Any, wait_all_ranks: bool = False) -> _DoneWork:
+    def monitored_barrier(self, opts: Any, wait_all_ranks: bool = False) -> _TpuWork:
         try:
             self._gloo.monitored_barrier(opts.timeout, wait_all_ranks)
         except Exception as e:  # noqa: BLE001 (Gloo names the ranks that did not arrive)
             raise CollectiveError(self._diagnose(f"monitored_barrier (collective #{self._seq})", e, 0.0)) from e
-        return _DoneWork([])
+        return _TpuWork([])
 
 
-def _method(name: str) -> Callable[..., _DoneWork]:
-    def run(self: TpuBackend, *args: Any) -> _DoneWork:
+def _method(name: str) -> Callable[..., _TpuWork]:
+    def run(self: TpuBackend, *args: Any) -> _TpuWork:
         return self._run(name, args)
 
     run.__name__ = name
