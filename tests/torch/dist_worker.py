@@ -233,7 +233,7 @@ def dtensor() -> dict:
             out[f"{mode}/shard0_to_shard1"] = d.redistribute(mesh, [Shard(1)]).to_local().cpu()
             # A Partial placement is a pending sum: rank r holds (r + 1) * full.
             local = (full * (RANK + 1)).to(device())
-            p = DTensor_from_local(local, mesh, [Partial()])
+            p = from_local(local, mesh, [Partial()])
             out[f"{mode}/partial_to_replicate"] = p.redistribute(mesh, [Replicate()]).to_local().cpu()
             out[f"{mode}/partial_to_shard0"] = p.redistribute(mesh, [Shard(0)]).to_local().cpu()
             # Compute on shards: a row-sharded matmul and a full_tensor.
@@ -243,7 +243,7 @@ def dtensor() -> dict:
     return out
 
 
-def DTensor_from_local(local: torch.Tensor, mesh, placements):  # noqa: N802 (mirrors DTensor.from_local)
+def from_local(local: torch.Tensor, mesh, placements):
     from torch.distributed.tensor import DTensor
 
     return DTensor.from_local(local, mesh, placements, run_check=False)
