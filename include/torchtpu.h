@@ -20,7 +20,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 1
+#define TTPU_API_MINOR 2
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -299,6 +299,45 @@ typedef struct ttpu_plugin_op_t {
   const char *backward;
 } ttpu_plugin_op_t;
 
+// Frees a value a `ttpu_kv_store_t` get returned.
+typedef void (*ttpu_kv_value_deleter_t)(char *value);
+
+// A key-value store shared by every process of one client, implemented by
+// the frontend (PyTorch's c10d store, for example). The runtime calls it
+// from PJRT's threads, possibly concurrently, during `ttpu_runtime_create`
+// and afterwards. Set `struct_size = sizeof(ttpu_kv_store_t)`.
+typedef struct ttpu_kv_store_t {
+  size_t struct_size;
+  // Passed to every callback.
+  void *user_data;
+  // Looks `key[0..key_size]` up, waiting up to `timeout_ms` for another
+  // process to put it; with `timeout_ms < 0`, does not wait. On success
+  // returns NULL and sets `*value`, `*value_size` and `*value_deleter`
+  // (which the runtime calls on `*value` once it has copied it). Returns
+  // an error (`ttpu_error_create`) on failure: `TTPU_CODE_DEADLINE_EXCEEDED`
+  // past the timeout, `TTPU_CODE_NOT_FOUND` for an absent key when not
+  // waiting. The runtime takes ownership of the error.
+  struct ttpu_error_t *(*get)(void *user_data,
+                              const char *key,
+                              size_t key_size,
+                              int64_t timeout_ms,
+                              char **value,
+                              size_t *value_size,
+                              ttpu_kv_value_deleter_t *value_deleter);
+  // Sets `key[0..key_size]` to `value[0..value_size]` for every process.
+  // Both are borrowed for the call. Returns NULL or an error, as `get`.
+  struct ttpu_error_t *(*put)(void *user_data,
+                              const char *key,
+                              size_t key_size,
+                              const char *value,
+                              size_t value_size);
+  // Called once when the runtime no longer needs the store (at
+  // `ttpu_runtime_destroy`, or before a failing `ttpu_runtime_create`
+  // returns), or NULL. A store whose `struct_size`, `get` or `put` is
+  // invalid is rejected without being released.
+  void (*release)(void *user_data);
+} ttpu_kv_store_t;
+
 // Options for `ttpu_runtime_create`. Set `struct_size = sizeof(ttpu_runtime_options_t)`;
 // fields added later go at the end, and a caller built against an older
 // header keeps working.
@@ -309,6 +348,16 @@ typedef struct ttpu_runtime_options_t {
   const char *plugin_path;
   // Devices the XLA CPU plugin exposes; 0 keeps the plugin's default.
   int32_t cpu_device_count;
+  // With `kv_store`: this process's index among the `num_nodes` processes
+  // that form one client (PJRT's `node_id` and `num_nodes` create options).
+  int32_t node_id;
+  int32_t num_nodes;
+  // The store a client that spans processes rendezvouses through, or NULL
+  // for a client of this process alone. The struct is copied; its
+  // `user_data` must stay valid until the runtime is destroyed, when its
+  // `release` (if any) is called. Plugins that cannot span processes
+  // (the XLA CPU plugin) ignore the store and the node fields.
+  const struct ttpu_kv_store_t *kv_store;
 } ttpu_runtime_options_t;
 
 // Runtime counters. Set `struct_size` before calling; fields beyond it are
@@ -370,6 +419,13 @@ ttpu_code ttpu_error_code(const struct ttpu_error_t *error);
 // The error's message, NUL-terminated UTF-8. Borrowed: valid until
 // `ttpu_error_destroy(error)`. Returns "" for NULL.
 const char *ttpu_error_message(const struct ttpu_error_t *error);
+
+// Creates an error with `code` (a `ttpu_code`; OK and unknown values become
+// `TTPU_CODE_UNKNOWN`) and a copy of the NUL-terminated `message` (NULL:
+// empty), for a frontend's callbacks to return (a `ttpu_kv_store_t`'s).
+// Owned by the caller until handed to the runtime; `ttpu_error_destroy`
+// frees it.
+struct ttpu_error_t *ttpu_error_create(int32_t code, const char *message);
 
 // Frees an error. `ttpu_error_destroy(NULL)` is a no-op.
 void ttpu_error_destroy(struct ttpu_error_t *error);

@@ -62,6 +62,17 @@ pub unsafe extern "C" fn ttpu_error_message(error: *const ttpu_error_t) -> *cons
     (*error).message.as_ptr()
 }
 
+/// Creates an error with `code` (a `ttpu_code`; OK and unknown values become
+/// `TTPU_CODE_UNKNOWN`) and a copy of the NUL-terminated `message` (NULL:
+/// empty), for a frontend's callbacks to return (a `ttpu_kv_store_t`'s).
+/// Owned by the caller until handed to the runtime; `ttpu_error_destroy`
+/// frees it.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_error_create(code: i32, message: *const c_char) -> *mut ttpu_error_t {
+    let text = if message.is_null() { String::new() } else { std::ffi::CStr::from_ptr(message).to_string_lossy().into_owned() };
+    ttpu_error_t::boxed(if (1..=16).contains(&code) { code } else { ttpu_code::Unknown as i32 }, text)
+}
+
 /// Frees an error. `ttpu_error_destroy(NULL)` is a no-op.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_error_destroy(error: *mut ttpu_error_t) {

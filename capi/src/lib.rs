@@ -17,6 +17,7 @@ mod ffi;
 pub mod collective;
 pub mod error;
 pub mod fusion;
+pub mod kv;
 pub mod op;
 pub mod plugin;
 pub mod runtime;

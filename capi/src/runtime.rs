@@ -8,6 +8,7 @@ use torchtpu_core::runtime::{self, ExecMode};
 use torchtpu_core::{Error, Runtime, RuntimeOptions};
 
 use crate::error::ttpu_error_t;
+use crate::kv::{distributed_options, ttpu_kv_store_t};
 use crate::ffi::{check_struct_size, str_arg, write_out, Handle};
 
 /// A runtime: one PJRT plugin and client with its devices. Thread-safe.
@@ -49,9 +50,22 @@ pub struct ttpu_runtime_options_t {
     pub plugin_path: *const c_char,
     /// Devices the XLA CPU plugin exposes; 0 keeps the plugin's default.
     pub cpu_device_count: i32,
+    // --- version 2 -----------------------------------------------------------
+    /// With `kv_store`: this process's index among the `num_nodes` processes
+    /// that form one client (PJRT's `node_id` and `num_nodes` create options).
+    pub node_id: i32,
+    pub num_nodes: i32,
+    /// The store a client that spans processes rendezvouses through, or NULL
+    /// for a client of this process alone. The struct is copied; its
+    /// `user_data` must stay valid until the runtime is destroyed, when its
+    /// `release` (if any) is called. Plugins that cannot span processes
+    /// (the XLA CPU plugin) ignore the store and the node fields.
+    pub kv_store: *const ttpu_kv_store_t,
 }
 
-const OPTIONS_V1: usize = std::mem::size_of::<ttpu_runtime_options_t>();
+/// Version 1 of `ttpu_runtime_options_t` ended after `cpu_device_count`.
+const OPTIONS_V1: usize = std::mem::offset_of!(ttpu_runtime_options_t, cpu_device_count) + 4;
+const OPTIONS_V2: usize = std::mem::size_of::<ttpu_runtime_options_t>();
 
 /// Creates a runtime. `options` may be NULL for defaults. On success
 /// `*out_runtime` owns the runtime; free it with `ttpu_runtime_destroy`.
@@ -61,11 +75,14 @@ pub unsafe extern "C" fn ttpu_runtime_create(
     out_runtime: *mut *mut ttpu_runtime_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        crate::ffi::check_out(out_runtime, "ttpu_runtime_create")?;
         let mut opts = RuntimeOptions::default();
         if !options.is_null() {
             let o = &*options;
             check_struct_size(o.struct_size, OPTIONS_V1, "ttpu_runtime_create: ttpu_runtime_options_t")?;
+            // First, so that every later failure releases the store.
+            if o.struct_size >= OPTIONS_V2 && !o.kv_store.is_null() {
+                opts.distributed = Some(distributed_options(o)?);
+            }
             if !o.plugin_path.is_null() {
                 opts.plugin = Some(str_arg(o.plugin_path, "ttpu_runtime_create: plugin_path")?.into());
             }
@@ -79,6 +96,7 @@ pub unsafe extern "C" fn ttpu_runtime_create(
                 opts.cpu_device_count = Some(o.cpu_device_count as usize);
             }
         }
+        crate::ffi::check_out(out_runtime, "ttpu_runtime_create")?;
         init_logging();
         let rt = Runtime::new(opts)?;
         let devices = rt

@@ -84,6 +84,11 @@ pub enum Error {
     #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{program}")]
     Compile { what: String, message: String, program: String },
 
+    /// The key-value store a multi-process client rendezvouses through
+    /// failed (a frontend's store: its code is kept).
+    #[error("{message}")]
+    KeyValue { code: Code, message: String },
+
     // --- host I/O ----------------------------------------------------------
     /// A file operation failed (the compile cache directory, for example).
     #[error("{path}: {source}")]
@@ -150,6 +155,7 @@ impl Error {
             Error::PluginNotFound { .. } => Code::NotFound,
             Error::PluginLoad { .. } => Code::FailedPrecondition,
             Error::Compile { .. } => Code::Internal,
+            Error::KeyValue { code, .. } => *code,
             Error::Io { source, .. } => match source.kind() {
                 std::io::ErrorKind::NotFound => Code::NotFound,
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => Code::PermissionDenied,

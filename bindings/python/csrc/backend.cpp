@@ -12,21 +12,71 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 namespace torchtpu_ext {
 
 // ------------------------------------------------------------------ runtime
 
+namespace {
+// What the runtime starts with, settable until it starts (start_mu).
+std::mutex start_mu;
+bool started = false;
+std::optional<torchtpu::Distributed> start_distributed;
+c10::DeviceIndex start_default_device = -1;
+std::atomic<c10::DeviceIndex> default_device{0};
+}  // namespace
+
 const torchtpu::Runtime& runtime() {
   static const torchtpu::Runtime* rt = [] {
+    std::optional<torchtpu::Distributed> distributed;
+    c10::DeviceIndex first_device = -1;
+    {
+      std::lock_guard<std::mutex> lock(start_mu);
+      started = true;
+      distributed = start_distributed;
+      first_device = start_default_device;
+    }
     try {
-      return new torchtpu::Runtime();
+      auto* r = new torchtpu::Runtime(std::string(), 0, distributed.value_or(torchtpu::Distributed()));
+      const auto n = static_cast<c10::DeviceIndex>(r->device_count());
+      if (first_device >= 0 && n > 0) default_device.store(static_cast<c10::DeviceIndex>(first_device % n));
+      return r;
     } catch (const torchtpu::Error& e) {
-      rethrow(e);
+      if (!distributed) rethrow(e);
+      rethrow(torchtpu::Error(
+          e.code(), std::string(e.what()) + "\n(the PJRT client was created as node " +
+                        std::to_string(distributed->node_id) + " of " + std::to_string(distributed->num_nodes) +
+                        " for torch.distributed; TORCHTPU_PJRT_JOIN=0 creates it for this process alone)"));
     }
   }();
   return *rt;
+}
+
+bool join_processes(torchtpu::Distributed distributed) {
+  std::lock_guard<std::mutex> lock(start_mu);
+  if (started) return false;
+  start_distributed = std::move(distributed);
+  return true;
+}
+
+std::optional<std::pair<int, int>> joined_node() {
+  std::lock_guard<std::mutex> lock(start_mu);
+  if (!started || !start_distributed) return std::nullopt;
+  return std::make_pair(start_distributed->node_id, start_distributed->num_nodes);
+}
+
+bool runtime_started() noexcept {
+  std::lock_guard<std::mutex> lock(start_mu);
+  return started;
+}
+
+bool set_first_default_device(c10::DeviceIndex index) {
+  std::lock_guard<std::mutex> lock(start_mu);
+  if (started) return false;
+  start_default_device = index;
+  return true;
 }
 
 c10::DeviceIndex device_count() noexcept {
@@ -41,18 +91,16 @@ c10::DeviceIndex device_count() noexcept {
 }
 
 namespace {
-std::atomic<c10::DeviceIndex> default_device{0};
 // -1: this thread never called set_device, so it uses `default_device`.
 thread_local c10::DeviceIndex tls_device = -1;
 }  // namespace
 
-c10::DeviceIndex current_device() noexcept { return tls_device >= 0 ? tls_device : default_device.load(); }
-
-void set_default_device(c10::DeviceIndex index) {
-  TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", static_cast<int>(index), ": ",
-              static_cast<int>(device_count()), " tpu devices are available");
-  default_device.store(index);
+c10::DeviceIndex current_device() noexcept {
+  if (tls_device >= 0) return tls_device;
+  device_count();  // starts the runtime, which settles the default device
+  return default_device.load();
 }
+
 
 void set_current_device(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", static_cast<int>(index), ": ",

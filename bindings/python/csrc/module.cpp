@@ -20,8 +20,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return static_cast<int>(torchtpu_ext::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(torchtpu_ext::current_device()); });
   m.def("_set_device", [](int d) { torchtpu_ext::set_current_device(static_cast<c10::DeviceIndex>(d)); });
-  m.def("_set_default_device", [](int d) { torchtpu_ext::set_default_device(static_cast<c10::DeviceIndex>(d)); },
-        "The device of threads that never called set_device (a torchrun rank's own device).");
   m.def("_set_cpu_fallback", &torchtpu_ext::set_cpu_fallback);
   m.def("_cpu_fallback_enabled", &torchtpu_ext::cpu_fallback_enabled);
   m.def("_fallback_counts", [] {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace torchtpu_ext {
@@ -22,8 +23,14 @@ const torchtpu::Runtime& runtime();
 c10::DeviceIndex device_count() noexcept;
 c10::DeviceIndex current_device() noexcept;
 void set_current_device(c10::DeviceIndex index);
-// The current device of threads that never set one (default 0).
-void set_default_device(c10::DeviceIndex index);
+// Before the runtime starts (each returns false once it has): the default
+// device it starts with (taken modulo the device count: a torchrun rank's
+// LOCAL_RANK), and the client that spans processes it joins.
+bool set_first_default_device(c10::DeviceIndex index);
+bool join_processes(torchtpu::Distributed distributed);
+bool runtime_started() noexcept;
+// (node_id, num_nodes) of the started runtime's client, if it joined processes.
+std::optional<std::pair<int, int>> joined_node();
 
 // Rethrows a runtime error as the matching PyTorch error (UNIMPLEMENTED is
 // NotImplementedError, OUT_OF_RANGE IndexError, else RuntimeError).

@@ -19,7 +19,7 @@ def register() -> None:
     from . import _C  # loading it registers kernels, guard, allocator, hooks
     from . import distributed, tpu
 
-    _launch.bind_local_rank(_C._device_count(), _C._set_default_device)
+    _launch.bind_local_rank(_C._set_first_default_device)
 
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")

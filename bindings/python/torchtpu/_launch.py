@@ -5,7 +5,7 @@ torchrun sets ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and ``WORLD_SIZE`` for each
 process. Before the PJRT client starts, :func:`configure_visibility` gives
 each local process its own TPU chip through the variables libtpu reads
 (only where the user set none of them; a pod launch sets them per host, see
-the README). After it starts, :func:`bind_local_rank` makes the rank's device
+the README). :func:`bind_local_rank` makes the rank's device
 the default ``tpu`` device, as ``torch.cuda.set_device(LOCAL_RANK)`` would.
 """
 
@@ -46,8 +46,11 @@ def configure_visibility() -> None:
     })
 
 
-def bind_local_rank(device_count: int, set_default_device) -> None:
-    """Makes ``tpu:LOCAL_RANK % device_count`` the default device."""
+def bind_local_rank(set_first_default_device) -> None:
+    """Makes ``tpu:LOCAL_RANK`` (modulo the device count) the default device
+    the runtime starts with. Starting it is left to the first use, so that
+    ``init_process_group`` can still make its client join the other
+    processes (:mod:`torchtpu.distributed`)."""
     local = _local()
-    if local is not None and device_count > 0:
-        set_default_device(local[0] % device_count)
+    if local is not None:
+        set_first_default_device(local[0])

@@ -353,7 +353,8 @@ class TpuBackend(_C10dBackend):
         self._rank, self._size, self._timeout = rank, size, timeout
         self._group_name = group_name or "default"
         self._store = dist.PrefixStore("torchtpu/", store)
-        self.transport, self._group_ids = self._choose_transport()  # first: it may refuse
+        self.joined = _join_processes(store, rank, size)  # before anything starts the runtime
+        self.transport, self._group_ids, self.transport_reason = self._choose_transport()  # it may refuse
         # Gloo stages every collective of the staged transport, and the
         # fingerprints and the send/recv of both.
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", self._store), rank, size, timeout)
@@ -361,28 +362,42 @@ class TpuBackend(_C10dBackend):
         self._check = os.environ.get("TORCHTPU_COLLECTIVE_CHECK", "") not in ("", "0")
         self._seq = 0
         self._buffers = _HostBuffers()
-        _report(self.transport)
+        _report(f"{self.transport} transport: {self.transport_reason}")
 
     # -- transport -----------------------------------------------------------------
 
-    def _choose_transport(self) -> tuple[str, list[int]]:
+    def _choose_transport(self) -> tuple[str, list[int], str]:
+        """The transport, the group's PJRT global device ids (native), and why."""
         forced = os.environ.get("TORCHTPU_DIST_TRANSPORT", "")
         if forced not in ("", TRANSPORT_STAGED, TRANSPORT_NATIVE):
             raise ValueError(f"TORCHTPU_DIST_TRANSPORT={forced!r}: expected {TRANSPORT_NATIVE!r} or "
                              f"{TRANSPORT_STAGED!r}")
-        spans = _C._global_device_count() > _C._device_count()
+        local, total = _C._device_count(), _C._global_device_count()
+        spans = total > local
+        if spans:
+            why = f"the PJRT client spans the processes ({total} devices, {local} in this process)"
+        elif _C._joined_node() is not None:
+            node, nodes = _C._joined_node()
+            why = (f"the PJRT client, created as node {node} of {nodes}, sees only this process's {local} devices: "
+                   f"the plugin cannot span processes (the XLA CPU plugin cannot)")
+        elif self.joined is False:
+            why = (f"the PJRT client, started before this process group, sees only this process's {local} devices "
+                   f"(create the process group before any tpu tensor or torch.tpu call for the client to join "
+                   f"the processes)")
+        else:
+            why = f"the PJRT client sees only this process's {local} devices"
         if forced == TRANSPORT_NATIVE and not spans:
-            raise ValueError(f"TORCHTPU_DIST_TRANSPORT={TRANSPORT_NATIVE!r}, but this process's PJRT client sees only "
-                             f"its own {_C._device_count()} devices (global device count "
-                             f"{_C._global_device_count()}), so a program cannot span the processes; the XLA CPU "
-                             f"plugin is one such client: use {TRANSPORT_STAGED!r}")
-        if forced == TRANSPORT_STAGED or not spans:
-            return TRANSPORT_STAGED, []
+            raise ValueError(f"TORCHTPU_DIST_TRANSPORT={TRANSPORT_NATIVE!r}, but {why} (global device count "
+                             f"{total}), so a program cannot span the processes: use {TRANSPORT_STAGED!r}")
+        if forced == TRANSPORT_STAGED:
+            return TRANSPORT_STAGED, [], "TORCHTPU_DIST_TRANSPORT=gloo-staged"
+        if not spans:
+            return TRANSPORT_STAGED, [], why
         # Every rank's device, as a PJRT global id, exchanged through the store.
         mine = _C._device_global_id(_C._current_device())
         self._store.set(f"device/{self._rank}", str(mine))
         ids = [int(self._store.get(f"device/{r}")) for r in range(self._size)]
-        return TRANSPORT_NATIVE, ids
+        return TRANSPORT_NATIVE, ids, why
 
     # -- every method goes through here ------------------------------------------------
 
@@ -568,11 +583,27 @@ _reported: set[str] = set()
 def _report(what: str) -> None:
     if what not in _reported:
         _reported.add(what)
-        log.info("torchtpu: the tpu process-group backend uses the %s transport", what)
+        log.info("torchtpu: the tpu process-group backend uses the %s", what)
+
+
+def _join_processes(store: dist.Store, rank: int, size: int) -> bool | None:
+    """Makes the runtime's PJRT client join the group's ``size`` processes
+    as node ``rank``, with PJRT's key-value callbacks on the group's c10d
+    ``store``: how GPU plugins (and multi-process TPU setups) build one
+    client across processes. Only possible before the runtime starts, so
+    only the first process group (the default one) of a process that has
+    no tpu tensor yet does it. Plugins that cannot span processes (the XLA
+    CPU plugin) ignore both. True if joined, False if the runtime had
+    started, None if not asked (one process, or ``TORCHTPU_PJRT_JOIN=0``)."""
+    if size < 2 or os.environ.get("TORCHTPU_PJRT_JOIN", "1") == "0":
+        return None
+    if _C._runtime_started():
+        return False
+    return _C._join_processes(store, rank, size)
 
 
 def _report_staged_op(name: str) -> None:
-    _report(f"{TRANSPORT_STAGED} transport for {name} (the native lowering does not cover it)")
+    _report(f"{TRANSPORT_STAGED} transport for {name}: the native lowering does not cover it")
 
 
 def _create(opts: Any, backend_options: Any) -> TpuBackend:

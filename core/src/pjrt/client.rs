@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::api::owned_str;
 use super::buffer::{Buffer, ElementType};
 use super::executable::Executable;
+use super::kv::{self, KeyValueStore};
 use super::{args, sys, Api, CompileOptions};
 use crate::error::{Error, Result};
 
@@ -63,6 +64,9 @@ pub struct Client {
     memory: Vec<MemoryStats>,
     platform_name: String,
     platform_version: String,
+    /// The key-value store's callbacks point here; dropped after the client
+    /// (fields drop after `Drop::drop` destroys it).
+    _kv: Option<Box<kv::Bridge>>,
 }
 
 // SAFETY: see the type docs; the raw pointers are owned handles to
@@ -80,6 +84,16 @@ pub enum CreateOption {
 
 impl Client {
     pub fn create(api: Arc<Api>, options: &[CreateOption]) -> Result<Arc<Client>> {
+        Client::create_with_store(api, options, None)
+    }
+
+    /// As [`Client::create`], giving the plugin `store` for the key-value
+    /// callbacks a client that spans processes rendezvouses through.
+    pub fn create_with_store(
+        api: Arc<Api>,
+        options: &[CreateOption],
+        store: Option<Arc<dyn KeyValueStore>>,
+    ) -> Result<Arc<Client>> {
         let _span = tracing::info_span!("pjrt_client_create").entered();
         let values: Vec<sys::PJRT_NamedValue> = options
             .iter()
@@ -113,6 +127,10 @@ impl Client {
         let mut a = args!(PJRT_Client_Create_Args);
         a.create_options = values.as_ptr();
         a.num_options = values.len();
+        let bridge = store.map(kv::Bridge::new);
+        if let Some(b) = &bridge {
+            b.install(&mut a);
+        }
         api.call("PJRT_Client_Create", api.table().PJRT_Client_Create, &mut a)?;
         let raw = a.client;
 
@@ -164,7 +182,17 @@ impl Client {
         let global_device_count = all.num_devices;
         let memory = devices.iter().map(|_| MemoryStats::default()).collect();
         tracing::info!(platform = %platform_name, version = %platform_version, devices = devices.len(), "PJRT client ready");
-        Ok(Arc::new(Client { api, raw, devices, infos, global_device_count, memory, platform_name, platform_version }))
+        Ok(Arc::new(Client {
+            api,
+            raw,
+            devices,
+            infos,
+            global_device_count,
+            memory,
+            platform_name,
+            platform_version,
+            _kv: bridge,
+        }))
     }
 
     pub fn api(&self) -> &Arc<Api> {

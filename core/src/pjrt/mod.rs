@@ -16,6 +16,7 @@ pub mod compile_options;
 pub mod discovery;
 mod event;
 mod executable;
+pub mod kv;
 mod sys;
 
 pub use api::Api;
@@ -24,6 +25,7 @@ pub use client::{Client, CreateOption, DeviceInfo, MemoryStats};
 pub use compile_options::CompileOptions;
 pub use event::Event;
 pub use executable::Executable;
+pub use kv::{DistributedOptions, KeyValueStore, MemoryStore};
 
 /// Declares a zeroed PJRT argument struct with `struct_size` filled in. Our
 /// header and the plugin's come from the same package, so `size_of` is at

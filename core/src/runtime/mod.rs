@@ -32,7 +32,7 @@ use fused::InferTable;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::hlo::Elem;
-use crate::pjrt::{discovery, Api, Buffer, Client, DeviceInfo, Event};
+use crate::pjrt::{discovery, Api, Buffer, Client, DeviceInfo, DistributedOptions, Event};
 use crate::shape;
 use crate::storage::{Storage, StorageValue};
 use crate::tensor::{Scalar, Tensor, Value};
@@ -47,6 +47,10 @@ pub struct RuntimeOptions {
     /// Number of devices the XLA CPU plugin exposes (its `cpu_device_count`
     /// option; other plugins ignore it). `None` keeps the plugin's default.
     pub cpu_device_count: Option<usize>,
+    /// Joins a client that spans processes: passes `node_id` and `num_nodes`
+    /// to the plugin and gives it the store for its key-value callbacks.
+    /// Plugins that cannot span processes (the XLA CPU plugin) ignore both.
+    pub distributed: Option<DistributedOptions>,
 }
 
 /// Scalar arguments are uploaded once per (device, type, bits) and reused, so
@@ -103,7 +107,15 @@ impl Runtime {
         if let Some(n) = options.cpu_device_count {
             create.push(crate::pjrt::CreateOption::Int("cpu_device_count".into(), n as i64));
         }
-        let client = Client::create(api, &create)?;
+        let mut store = None;
+        if let Some(d) = &options.distributed {
+            d.check()?;
+            create.push(crate::pjrt::CreateOption::Int("node_id".into(), d.node_id as i64));
+            create.push(crate::pjrt::CreateOption::Int("num_nodes".into(), d.num_nodes as i64));
+            store = Some(d.store.clone());
+            tracing::info!(node_id = d.node_id, num_nodes = d.num_nodes, "creating a client that spans processes");
+        }
+        let client = Client::create_with_store(api, &create, store)?;
         let generators = (0..client.device_count()).map(|_| Mutex::new(Generator::default())).collect();
         let recordings: Vec<Mutex<Recording>> = (0..client.device_count()).map(|d| Mutex::new(Recording::new(d as u64, d))).collect();
         let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);

@@ -23,10 +23,12 @@
 #include <torchtpu.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -483,18 +485,97 @@ using Stats = ttpu_stats_t;
 /// Fused-mode counters (`ttpu_fusion_stats_t`).
 using FusionStats = ttpu_fusion_stats_t;
 
+/// A key-value store shared by every process of a client that spans
+/// processes (`ttpu_kv_store_t`). PJRT calls it from its own threads,
+/// concurrently: implementations must be thread-safe. Failures are thrown
+/// as `Error`, whose code the plugin sees.
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+  /// The value of `key`, waiting up to `timeout` for another process to put
+  /// it (throw DEADLINE_EXCEEDED past it). A negative `timeout` does not
+  /// wait: throw NOT_FOUND for an absent key.
+  virtual std::string get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  virtual void put(const std::string& key, const std::string& value) = 0;
+};
+
+/// How a runtime joins a client that spans `num_nodes` processes (PJRT's
+/// `node_id` and `num_nodes`, with `store` behind its key-value callbacks).
+struct Distributed {
+  int32_t node_id = 0;
+  int32_t num_nodes = 1;
+  std::shared_ptr<KeyValueStore> store;
+};
+
+namespace detail {
+
+/// `ttpu_kv_store_t` over a `KeyValueStore`: the callbacks catch every
+/// exception, since none may cross the C ABI.
+struct KvAdapter {
+  static ttpu_error_t* failure(const std::exception& e) {
+    const auto* err = dynamic_cast<const Error*>(&e);
+    return ttpu_error_create(err != nullptr ? err->code() : TTPU_CODE_INTERNAL, e.what());
+  }
+  static ttpu_error_t* get(void* user, const char* key, size_t key_size, int64_t timeout_ms, char** value,
+                           size_t* value_size, ttpu_kv_value_deleter_t* deleter) {
+    try {
+      std::string v = static_cast<std::shared_ptr<KeyValueStore>*>(user)->get()->get(
+          std::string(key, key_size), std::chrono::milliseconds(timeout_ms));
+      char* copy = new char[v.size() + 1];
+      std::memcpy(copy, v.data(), v.size());
+      *value = copy;
+      *value_size = v.size();
+      *deleter = [](char* p) { delete[] p; };
+      return nullptr;
+    } catch (const std::exception& e) {
+      return failure(e);
+    } catch (...) {
+      return ttpu_error_create(TTPU_CODE_INTERNAL, "torchtpu::KeyValueStore::get threw a non-std exception");
+    }
+  }
+  static ttpu_error_t* put(void* user, const char* key, size_t key_size, const char* value, size_t value_size) {
+    try {
+      static_cast<std::shared_ptr<KeyValueStore>*>(user)->get()->put(std::string(key, key_size),
+                                                                      std::string(value, value_size));
+      return nullptr;
+    } catch (const std::exception& e) {
+      return failure(e);
+    } catch (...) {
+      return ttpu_error_create(TTPU_CODE_INTERNAL, "torchtpu::KeyValueStore::put threw a non-std exception");
+    }
+  }
+  static void release(void* user) { delete static_cast<std::shared_ptr<KeyValueStore>*>(user); }
+};
+
+}  // namespace detail
+
 /// An owned runtime (one PJRT plugin and client with its devices).
 /// Move-only; the destructor calls `ttpu_runtime_destroy`. Thread-safe.
 class Runtime {
  public:
   /// Creates a runtime. `plugin_path` empty: search for a plugin
   /// (`TORCHTPU_PJRT_PLUGIN`, libtpu, then the `xla-cpu-pjrt` package).
-  /// `cpu_device_count` 0 keeps the plugin's default.
-  explicit Runtime(const std::string& plugin_path = std::string(), int32_t cpu_device_count = 0) {
+  /// `cpu_device_count` 0 keeps the plugin's default. `distributed`, when
+  /// its store is set, joins a client that spans processes.
+  explicit Runtime(const std::string& plugin_path = std::string(), int32_t cpu_device_count = 0,
+                   const Distributed& distributed = Distributed()) {
     ttpu_runtime_options_t opts{};
     opts.struct_size = sizeof(ttpu_runtime_options_t);
     opts.plugin_path = plugin_path.empty() ? nullptr : plugin_path.c_str();
     opts.cpu_device_count = cpu_device_count;
+    ttpu_kv_store_t kv{};
+    if (distributed.store) {
+      kv.struct_size = sizeof(ttpu_kv_store_t);
+      // The runtime owns this reference from here on and drops it through
+      // `release`, also when creation fails.
+      kv.user_data = new std::shared_ptr<KeyValueStore>(distributed.store);
+      kv.get = &detail::KvAdapter::get;
+      kv.put = &detail::KvAdapter::put;
+      kv.release = &detail::KvAdapter::release;
+      opts.node_id = distributed.node_id;
+      opts.num_nodes = distributed.num_nodes;
+      opts.kv_store = &kv;
+    }
     ttpu_runtime_t* out = nullptr;
     detail::check(ttpu_runtime_create(&opts, &out));
     h_ = detail::Owned<ttpu_runtime_t, ttpu_runtime_destroy>(out);
