@@ -36,6 +36,25 @@ def init(backend: str = "cpu:gloo,tpu:tpu") -> None:
                             timeout=timeout)
 
 
+def torchtpu_C():  # noqa: N802 (the module's name)
+    import torchtpu._C
+
+    return torchtpu._C
+
+
+def started_first() -> dict:
+    """A tpu tensor before init_process_group: the runtime has started, so
+    its client cannot join the processes any more; the backend says so."""
+    x = torch.ones(2, device="tpu")
+    init()
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu"))
+    dist.all_reduce(x)
+    out = {"joined": torchtpu_C()._joined_node(), "backend_joined": backend.joined,
+           "reason": backend.transport_reason, "sum": x.cpu()}
+    dist.destroy_process_group()
+    return out
+
+
 def device() -> torch.device:
     return torch.device("tpu", torch.tpu.current_device())
 
@@ -51,8 +70,11 @@ def rank_tensor(n: int, dtype: torch.dtype, offset: float = 0.0) -> torch.Tensor
 def collectives() -> dict:
     import torchtpu.distributed as td
 
+    started_before = torchtpu_C()._runtime_started()
     init()
-    out: dict = {"transport": td.transport(), "device": torch.tpu.current_device()}
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("tpu"))
+    out: dict = {"transport": td.transport(), "device": torch.tpu.current_device(), "started_before": started_before,
+                 "joined": torchtpu_C()._joined_node(), "reason": backend.transport_reason}
     for mode in MODES:
         with torch.tpu.set_eager_mode(mode):
             for name, dtype in DTYPES.items():
@@ -320,7 +342,8 @@ def late() -> dict:
 
 
 SCENARIOS = {"collectives": collectives, "ddp": lambda: train("ddp"), "fsdp": lambda: train("fsdp"),
-             "dtensor": dtensor, "mismatch": mismatch, "killed": killed, "late": late}
+             "dtensor": dtensor, "mismatch": mismatch, "killed": killed, "late": late,
+             "started_first": started_first}
 
 if __name__ == "__main__":
     scenario, out_dir = sys.argv[1], sys.argv[2]

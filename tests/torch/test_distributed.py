@@ -204,6 +204,12 @@ def test_every_collective_across_processes(tmp_path):
     for r, res in saved.items():
         assert res["transport"] == "gloo-staged"  # the CPU plugin's devices do not span processes
         assert res["device"] == r  # bound from LOCAL_RANK
+        # Nothing started the runtime before init_process_group, so its client
+        # joined the processes through the group's store (and the CPU plugin,
+        # which cannot span processes, ignored that).
+        assert not res["started_before"]
+        assert res["joined"] == (r, WORLD)
+        assert f"created as node {r} of {WORLD}" in res["reason"] and "cannot span processes" in res["reason"]
         want = expected_collectives(r)
         for mode in dist_worker.MODES:
             for name, dtype in DTYPES.items():
@@ -339,6 +345,27 @@ def test_gpt_example_under_torchrun_tracks_one_process(tmp_path, example, mode):
 # --- the transport ------------------------------------------------------------------------
 
 
+def test_a_runtime_started_before_the_group_is_explained(tmp_path):
+    saved = run_ok("started_first", tmp_path)
+    for r, res in saved.items():
+        assert res["joined"] is None and res["backend_joined"] is False
+        assert "started before this process group" in res["reason"], res["reason"]
+        np.testing.assert_array_equal(as_np(res["sum"]), [2.0, 2.0])
+
+
+def test_import_under_torchrun_leaves_the_runtime_to_start_later(tmp_path):
+    """Importing torch binds tpu:LOCAL_RANK without starting the runtime, so
+    that init_process_group can still make its client join the processes."""
+    code = ("import torch, torchtpu._C as C; before = C._runtime_started(); d = torch.tpu.current_device(); "
+            "print(before, d, C._runtime_started(), torch.tpu.device_count())")
+    env = dict(os.environ, LOCAL_RANK="5", LOCAL_WORLD_SIZE="6", WORLD_SIZE="6", RANK="5")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, device, after, count = done.stdout.split()
+    assert (before, after) == ("False", "True")
+    assert int(device) == 5 % int(count)  # 6 ranks on a 4-device client wrap around
+
+
 def test_transport_choice_is_checked(monkeypatch):
     import datetime
 
@@ -349,7 +376,7 @@ def test_transport_choice_is_checked(monkeypatch):
         return TpuBackend(dist.HashStore(), 0, 1, datetime.timedelta(seconds=5))
 
     monkeypatch.setenv("TORCHTPU_DIST_TRANSPORT", "pjrt-native")
-    with pytest.raises(ValueError, match="sees only its own .* devices .* use 'gloo-staged'"):
+    with pytest.raises(ValueError, match="sees only this process's .* devices .* use 'gloo-staged'"):
         create()
     monkeypatch.setenv("TORCHTPU_DIST_TRANSPORT", "nccl")
     with pytest.raises(ValueError, match="TORCHTPU_DIST_TRANSPORT='nccl': expected"):

@@ -179,7 +179,8 @@ unsafe extern "C" fn kv_put(a: *mut sys::PJRT_KeyValuePutCallback_Args) -> *mut 
     let a = &*a;
     let key = key_of(a.key, a.key_size);
     let bridge = &*(a.user_arg as *const Bridge);
-    let value = if a.value.is_null() { &[][..] } else { std::slice::from_raw_parts(a.value as *const u8, a.value_size) };
+    let value =
+        if a.value.is_null() { &[][..] } else { std::slice::from_raw_parts(a.value as *const u8, a.value_size) };
     guarded("put", &key, a.callback_error, || bridge.store.put(&key, value))
 }
 
@@ -224,7 +225,11 @@ mod tests {
     /// Stands in for the plugin's error constructor: records what the
     /// callback reported and returns a recognizable pointer.
     static REPORTED: parking_lot::Mutex<Vec<(u32, String)>> = parking_lot::Mutex::new(Vec::new());
-    unsafe extern "C" fn record_error(code: sys::PJRT_Error_Code, msg: *const std::ffi::c_char, len: usize) -> *mut sys::PJRT_Error {
+    unsafe extern "C" fn record_error(
+        code: sys::PJRT_Error_Code,
+        msg: *const std::ffi::c_char,
+        len: usize,
+    ) -> *mut sys::PJRT_Error {
         let text = String::from_utf8_lossy(std::slice::from_raw_parts(msg as *const u8, len)).into_owned();
         REPORTED.lock().push((code as u32, text));
         8 as *mut sys::PJRT_Error
