@@ -301,35 +301,30 @@ def mismatch() -> dict:
 
 def killed() -> dict:
     """The last rank dies after one collective; the others call a second."""
-    from torchtpu.distributed import CollectiveError
-
-    init()
-    t = rank_tensor(4, torch.float32)
-    dist.all_reduce(t)
-    if RANK == WORLD - 1:
-        os._exit(17)
-    time.sleep(0.5)
-    start = time.monotonic()
-    out: dict = {}
-    try:
-        dist.all_reduce(t)
-        out["error"] = None
-    except CollectiveError as e:
-        out["error"] = str(e)
-    out["seconds"] = time.monotonic() - start
-    return out
+    return _second_all_reduce_without_the_last_rank(lambda: os._exit(17))
 
 
 def late() -> dict:
     """The last rank stays alive but never joins the second collective."""
+
+    def stay_away() -> None:
+        time.sleep(3 * float(os.environ["TORCHTPU_TEST_TIMEOUT"]))
+        os._exit(0)
+
+    return _second_all_reduce_without_the_last_rank(stay_away)
+
+
+def _second_all_reduce_without_the_last_rank(leave) -> dict:
+    """One all_reduce together; then the last rank calls `leave` and the
+    others call a second one, which must fail: what it said, and when."""
     from torchtpu.distributed import CollectiveError
 
     init()
     t = rank_tensor(4, torch.float32)
     dist.all_reduce(t)
     if RANK == WORLD - 1:
-        time.sleep(3 * float(os.environ["TORCHTPU_TEST_TIMEOUT"]))
-        os._exit(0)
+        leave()
+    time.sleep(0.5)
     start = time.monotonic()
     out: dict = {}
     try:

@@ -293,26 +293,25 @@ def test_mismatched_collective_is_an_error_on_every_rank(tmp_path, check):
         np.testing.assert_array_equal(as_np(res["after"]), ramp(4, 0) + ramp(4, 1))
 
 
-def test_killed_rank_is_named_within_the_timeout(tmp_path):
-    timeout_s = 10
-    codes, outputs, saved = launch("killed", tmp_path, timeout_s=timeout_s, limit=120)
-    assert codes == [0, 17], "\n".join(outputs)
+@pytest.mark.parametrize("scenario, timeout_s, codes, diagnosis", [
+    ("killed", 10, [0, 17], "rank 1 ("),
+    ("late", 4, [0, 0], "rank 1 is alive but did not complete it"),
+])
+def test_a_missing_rank_is_named_within_the_timeout(tmp_path, scenario, timeout_s, codes, diagnosis):
+    """Rank 1 dies (killed), or lives on without calling (late): rank 0's
+    all_reduce fails within the process group's timeout, naming rank 1 and
+    what became of it."""
+    got, outputs, saved = launch(scenario, tmp_path, timeout_s=timeout_s, limit=120)
+    assert got == codes, "\n".join(outputs)
     error, seconds = saved[0]["error"], saved[0]["seconds"]
-    assert error is not None, "the surviving rank's all_reduce did not fail"
+    assert error is not None, "the all_reduce rank 1 never joined did not fail"
     assert "all_reduce(float32[4], op=sum) (collective #1) failed on rank 0 of 2" in error
-    assert "rank 1 (" in error and "died or stopped responding" in error
-    assert seconds < timeout_s + 5
-
-
-def test_late_rank_times_out_with_its_name(tmp_path):
-    timeout_s = 4
-    codes, outputs, saved = launch("late", tmp_path, timeout_s=timeout_s, limit=120)
-    assert codes == [0, 0], "\n".join(outputs)
-    error, seconds = saved[0]["error"], saved[0]["seconds"]
-    assert error is not None, "the all_reduce the late rank never joined did not fail"
-    assert "all_reduce(float32[4], op=sum) (collective #1) failed on rank 0 of 2" in error
-    assert "rank 1 is alive but did not complete it" in error
-    assert timeout_s - 0.5 < seconds < timeout_s + 5
+    assert diagnosis in error, error
+    if scenario == "killed":
+        assert "died or stopped responding" in error
+        assert seconds < timeout_s + 5  # Gloo may notice the closed socket sooner
+    else:
+        assert timeout_s - 0.5 < seconds < timeout_s + 5
 
 
 # --- the examples under torchrun ------------------------------------------------------------

@@ -245,13 +245,23 @@ mod tests {
         a.callback_error = &MAKE_ERROR as *const _ as *mut _;
         a.user_arg = bridge as *const Bridge as *mut c_void;
         let err = unsafe { kv_get(&mut a) };
+        (err, taken(err, a.value, a.value_size, a.value_deleter_callback))
+    }
+
+    /// As PJRT does after a successful get: copies the value, then frees it
+    /// with the deleter the callback set.
+    fn taken(
+        err: *mut sys::PJRT_Error,
+        value: *mut std::ffi::c_char,
+        size: usize,
+        deleter: Option<unsafe extern "C" fn(*mut std::ffi::c_char)>,
+    ) -> Option<Vec<u8>> {
         if !err.is_null() {
-            return (err, None);
+            return None;
         }
-        // As PJRT does: copy the value, then free it with the deleter.
-        let v = unsafe { std::slice::from_raw_parts(a.value as *const u8, a.value_size) }.to_vec();
-        unsafe { a.value_deleter_callback.expect("a deleter")(a.value) };
-        (err, Some(v))
+        let v = unsafe { std::slice::from_raw_parts(value as *const u8, size) }.to_vec();
+        unsafe { deleter.expect("a deleter")(value) };
+        Some(v)
     }
 
     fn put(bridge: &Bridge, key: &str, value: &[u8]) -> *mut sys::PJRT_Error {
@@ -274,12 +284,7 @@ mod tests {
         a.callback_error = &MAKE_ERROR as *const _ as *mut _;
         a.user_arg = bridge as *const Bridge as *mut c_void;
         let err = unsafe { kv_try_get(&mut a) };
-        if !err.is_null() {
-            return (err, None);
-        }
-        let v = unsafe { std::slice::from_raw_parts(a.value as *const u8, a.value_size) }.to_vec();
-        unsafe { a.value_deleter_callback.expect("a deleter")(a.value) };
-        (err, Some(v))
+        (err, taken(err, a.value, a.value_size, a.value_deleter_callback))
     }
 
     #[test]

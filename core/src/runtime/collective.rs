@@ -10,12 +10,10 @@
 //! ordered after it, and running the collective on a side stream lets
 //! compute on the default stream overlap with it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::{Runtime, Stats};
-use crate::cache::{CacheKey, GraphSummary, NodeSummary};
+use crate::cache::{GraphSummary, NodeSummary};
 use crate::collective::{program, Collective, ReduceOp};
 use crate::error::{Error, Result};
 use crate::graph::FlushReason;
@@ -53,8 +51,6 @@ impl Runtime {
         }
 
         let text = program(c, group.len(), dtype, &sizes)?;
-        let options = CompileOptions::Replicated { device_ids: group.to_vec() };
-        let key = CacheKey::new(&text, &options.encode(), &self.plugin_identity());
         let summary = GraphSummary {
             nodes: vec![NodeSummary {
                 op: format!("collective::{name}"),
@@ -64,13 +60,8 @@ impl Runtime {
             outputs: vec![(dtype, out_sizes.clone())],
         };
         let what = format!("{name} of {dtype}{} over {} devices", shape::fmt(&sizes), group.len());
-        let (exe, _) = self.programs.get_or_compile(&self.client, &key, &summary, || {
-            let start = Instant::now();
-            let exe = self.client.compile(&what, &text, &options);
-            self.stats.compile_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            Stats::bump(&self.stats.compiles);
-            exe
-        })?;
+        let options = CompileOptions::Replicated { device_ids: group.to_vec() };
+        let (exe, _) = self.cached_program(&what, &text, &options, &summary)?;
 
         let args: Vec<[&Buffer; 1]> = buffers.iter().map(|b| [&**b]).collect();
         let arg_lists: Vec<&[&Buffer]> = args.iter().map(|a| &a[..]).collect();

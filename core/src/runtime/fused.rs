@@ -363,16 +363,8 @@ impl Runtime {
         let text = cx.f.finish_donating(&out_vals, &donations);
         tracing::trace!(program = %text, "fused program");
 
-        let options = CompileOptions::Portable;
-        let key = CacheKey::new(&text, &options.encode(), &self.plugin_identity());
         let what = format!("fused graph ({} ops)", canon.order.len());
-        let (exe, tier) = self.programs.get_or_compile(&self.client, &key, &summary, || {
-            let start = Instant::now();
-            let exe = self.client.compile(&what, &text, &options);
-            self.stats.compile_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            Stats::bump(&self.stats.compiles);
-            exe
-        })?;
+        let (exe, tier) = self.cached_program(&what, &text, &CompileOptions::Portable, &summary)?;
 
         let mut bufs: Vec<Arc<Buffer>> = Vec::with_capacity(args.len());
         for a in &args {
@@ -421,6 +413,25 @@ impl Runtime {
         });
         *self.last_flush.lock() = Some(info);
         Ok(())
+    }
+
+    /// The compiled `text` from the two-tier program cache, compiling it
+    /// (and counting the compile) on a miss. `what` names it in errors.
+    pub(crate) fn cached_program(
+        &self,
+        what: &str,
+        text: &str,
+        options: &CompileOptions,
+        summary: &GraphSummary,
+    ) -> Result<(Arc<crate::pjrt::Executable>, Tier)> {
+        let key = CacheKey::new(text, &options.encode(), &self.plugin_identity());
+        self.programs.get_or_compile(&self.client, &key, summary, || {
+            let start = Instant::now();
+            let exe = self.client.compile(what, text, options);
+            self.stats.compile_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Stats::bump(&self.stats.compiles);
+            exe
+        })
     }
 
     /// Platform and version of the plugin, for cache keys.
