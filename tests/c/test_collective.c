@@ -24,7 +24,10 @@ static void destroy_all(ttpu_tensor_t **ts, size_t n) {
 }
 
 int main(void) {
-    ttpu_runtime_options_t opts = {sizeof(ttpu_runtime_options_t), NULL, N};
+    ttpu_runtime_options_t opts;
+    memset(&opts, 0, sizeof opts);
+    opts.struct_size = sizeof opts;
+    opts.cpu_device_count = N;
     ttpu_runtime_t *rt = NULL;
     CHECK_OK(ttpu_runtime_create(&opts, &rt));
 
