@@ -105,9 +105,7 @@ pub unsafe extern "C" fn ttpu_tensor_to_host(
         if dst.is_null() {
             return Err(Error::InvalidArgument(format!("{what}: dst is NULL")));
         }
-        let bytes = r.rt.tensor_to_host(t)?;
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, want);
-        Ok(())
+        r.rt.tensor_to_host_into(t, std::slice::from_raw_parts_mut(dst as *mut u8, want))
     })
 }
 

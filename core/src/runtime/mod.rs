@@ -292,15 +292,31 @@ impl Runtime {
     /// pending work on it. Non-contiguous views are made dense on the device
     /// first.
     pub fn tensor_to_host(self: &Arc<Self>, t: &Tensor) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; t.numel() as usize * t.dtype().size()];
+        self.tensor_to_host_into(t, &mut out)?;
+        Ok(out)
+    }
+
+    /// Copies `t`'s elements (dense, row-major) straight into `dst`, which
+    /// must hold exactly numel * element size bytes: a large download (a
+    /// staged collective's) makes no intermediate copy.
+    pub fn tensor_to_host_into(self: &Arc<Self>, t: &Tensor, dst: &mut [u8]) -> Result<()> {
         let dense = if t.is_whole_storage() {
             t.clone()
         } else {
             self.call("aten::clone", &[t.into()])?.remove(0).into_tensor()?
         };
         let buf = self.materialize(dense.storage(), "to_host", FlushReason::HostRead)?;
-        let mut out = vec![0u8; buf.bytes()];
-        buf.to_host(&mut out)?;
-        Ok(out)
+        if dst.len() != buf.bytes() {
+            return Err(Error::InvalidArgument(format!(
+                "to_host: the destination has {} bytes, but the {}{} tensor has {}",
+                dst.len(),
+                t.dtype(),
+                shape::fmt(t.sizes()),
+                buf.bytes()
+            )));
+        }
+        buf.to_host(dst)
     }
 
     /// Flushes pending graphs, then waits for every stream and the programs
