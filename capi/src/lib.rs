@@ -8,7 +8,8 @@
 //! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`],
 //! [`fusion`] (flushes, policies, the program cache, explanations).
 //! [`stream`] (streams and events), [`collective`] (collectives across
-//! devices), [`plugin`] (WebAssembly plugins).
+//! devices), [`kv`] (the key-value store through which a client that spans
+//! processes rendezvouses), [`plugin`] (WebAssembly plugins).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
