@@ -101,7 +101,6 @@ c10::DeviceIndex current_device() noexcept {
   return default_device.load();
 }
 
-
 void set_current_device(c10::DeviceIndex index) {
   TORCH_CHECK(index >= 0 && index < device_count(), "invalid tpu device index ", static_cast<int>(index), ": ",
               static_cast<int>(device_count()), " tpu devices are available");

@@ -69,7 +69,8 @@ class C10dStore final : public torchtpu::KeyValueStore {
       throw;
     } catch (const c10::DistStoreError& e) {
       // Its wait's timeout; the message says how long it waited.
-      throw torchtpu::Error(TTPU_CODE_DEADLINE_EXCEEDED, std::string("c10d store get ") + k + ": " + e.what_without_backtrace());
+      throw torchtpu::Error(TTPU_CODE_DEADLINE_EXCEEDED,
+                            std::string("c10d store get ") + k + ": " + e.what_without_backtrace());
     } catch (const std::exception& e) {
       throw torchtpu::Error(TTPU_CODE_UNAVAILABLE, std::string("c10d store get ") + k + ": " + e.what());
     }
