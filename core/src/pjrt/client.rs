@@ -132,8 +132,32 @@ impl Client {
             b.install(&mut a);
         }
         api.call("PJRT_Client_Create", api.table().PJRT_Client_Create, &mut a)?;
-        let raw = a.client;
+        // Owned from here on: an error below drops it, which destroys the
+        // client before the store its callbacks point at.
+        let mut client = Client {
+            api,
+            raw: a.client,
+            devices: Vec::new(),
+            infos: Vec::new(),
+            global_device_count: 0,
+            memory: Vec::new(),
+            platform_name: String::new(),
+            platform_version: String::new(),
+            _kv: bridge,
+        };
+        client.describe()?;
+        tracing::info!(
+            platform = %client.platform_name,
+            version = %client.platform_version,
+            devices = client.devices.len(),
+            "PJRT client ready"
+        );
+        Ok(Arc::new(client))
+    }
 
+    /// Reads the platform and the devices of a new client.
+    fn describe(&mut self) -> Result<()> {
+        let (api, raw) = (&self.api, self.raw);
         let t = api.table();
         let mut pn = args!(PJRT_Client_PlatformName_Args);
         pn.client = raw;
@@ -179,20 +203,13 @@ impl Client {
         let mut all = args!(PJRT_Client_Devices_Args);
         all.client = raw;
         api.call("PJRT_Client_Devices", t.PJRT_Client_Devices, &mut all)?;
-        let global_device_count = all.num_devices;
-        let memory = devices.iter().map(|_| MemoryStats::default()).collect();
-        tracing::info!(platform = %platform_name, version = %platform_version, devices = devices.len(), "PJRT client ready");
-        Ok(Arc::new(Client {
-            api,
-            raw,
-            devices,
-            infos,
-            global_device_count,
-            memory,
-            platform_name,
-            platform_version,
-            _kv: bridge,
-        }))
+        self.memory = devices.iter().map(|_| MemoryStats::default()).collect();
+        self.global_device_count = all.num_devices;
+        self.devices = devices;
+        self.infos = infos;
+        self.platform_name = platform_name;
+        self.platform_version = platform_version;
+        Ok(())
     }
 
     pub fn api(&self) -> &Arc<Api> {
