@@ -299,23 +299,27 @@ impl Runtime {
 
     /// Copies `t`'s elements (dense, row-major) straight into `dst`, which
     /// must hold exactly numel * element size bytes: a large download (a
-    /// staged collective's) makes no intermediate copy.
+    /// staged collective's) makes no intermediate copy. A wrong size is an
+    /// error before anything is flushed.
     pub fn tensor_to_host_into(self: &Arc<Self>, t: &Tensor, dst: &mut [u8]) -> Result<()> {
+        let want = t.numel() as usize * t.dtype().size();
+        if dst.len() != want {
+            return Err(Error::InvalidArgument(format!(
+                "to_host: destination has {} bytes, but the {}{} tensor has {want}",
+                dst.len(),
+                t.dtype(),
+                shape::fmt(t.sizes())
+            )));
+        }
+        if want == 0 {
+            return Ok(());
+        }
         let dense = if t.is_whole_storage() {
             t.clone()
         } else {
             self.call("aten::clone", &[t.into()])?.remove(0).into_tensor()?
         };
         let buf = self.materialize(dense.storage(), "to_host", FlushReason::HostRead)?;
-        if dst.len() != buf.bytes() {
-            return Err(Error::InvalidArgument(format!(
-                "to_host: the destination has {} bytes, but the {}{} tensor has {}",
-                dst.len(),
-                t.dtype(),
-                shape::fmt(t.sizes()),
-                buf.bytes()
-            )));
-        }
         buf.to_host(dst)
     }
 
