@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use common::{f32s, host_f32, rt};
@@ -45,6 +45,20 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// The rms_norm plugin's counters are process-wide, and tests run in
+/// parallel: whatever lowers rms_norm holds the read side while it does, so
+/// that a test counting the plugin's lowerings (the write side) sees only its
+/// own.
+static RMS_NORM_LOWERINGS: RwLock<()> = RwLock::new(());
+
+fn lowering_rms_norm() -> RwLockReadGuard<'static, ()> {
+    RMS_NORM_LOWERINGS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn counting_rms_norm_lowerings() -> RwLockWriteGuard<'static, ()> {
+    RMS_NORM_LOWERINGS.write().unwrap_or_else(|e| e.into_inner())
+}
+
 // ------------------------------------------------------------- references
 
 fn rms_norm_ref(x: &[f32], w: &[f32], eps: f64) -> Vec<f32> {
@@ -75,6 +89,7 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 
 /// rms_norm through the runtime, checked against the reference.
 fn check_rms_norm(rt: &Arc<Runtime>, rows: usize, d: usize) {
+    let _lowering = lowering_rms_norm();
     let (xs, ws) = (data(rows * d, 7), data(d, 11));
     let x = f32s(rt, &xs, &[rows as i64, d as i64]);
     let w = f32s(rt, &ws, &[d as i64]);
@@ -103,6 +118,7 @@ fn rms_norm_matches_the_reference_in_every_mode() {
             check_rms_norm(&rt, rows, d);
         }
         // Defaults are filled in by the host: eps = 1e-6.
+        let _lowering = lowering_rms_norm();
         let (xs, ws) = (data(6, 3), vec![1.0, 2.0, 0.5]);
         let y = rt.call1("rms_norm::rms_norm", &[f32s(&rt, &xs, &[2, 3]).into(), f32s(&rt, &ws, &[3]).into()]).unwrap();
         close(&host_f32(&rt, &y), &rms_norm_ref(&xs, &ws, 1e-6), 1e-5);
@@ -141,6 +157,7 @@ fn swiglu_and_its_backward_match_the_reference_in_every_mode() {
 #[test]
 fn a_plugin_op_fuses_with_its_neighbours_into_one_program() {
     examples();
+    let _counting = counting_rms_norm_lowerings();
     let rt = rt();
     set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
     let (xs, ws) = (data(32, 5), data(8, 6));
@@ -245,7 +262,10 @@ fn plugin_errors_name_the_plugin_and_the_op() {
     let rt = rt();
     let x = f32s(&rt, &data(6, 1), &[2, 3]);
     let w = f32s(&rt, &data(4, 1), &[4]);
-    let e = rt.call1("rms_norm::rms_norm", &[x.into(), w.into()]).unwrap_err();
+    let e = {
+        let _lowering = lowering_rms_norm();
+        rt.call1("rms_norm::rms_norm", &[x.into(), w.into()]).unwrap_err()
+    };
     let msg = e.to_string();
     assert!(matches!(e, Error::WasmPlugin { kind: PluginFailure::Reported, .. }), "{msg}");
     assert!(msg.contains("plugin 'rms_norm' (op rms_norm::rms_norm)") && msg.contains("[4]"), "{msg}");
