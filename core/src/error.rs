@@ -103,6 +103,12 @@ pub enum Error {
     #[error("{op}: {msg}")]
     Op { op: String, msg: String },
 
+    /// An index or target out of its valid range, found on the device by an
+    /// index check (see `Runtime::set_index_checks`). `msg` names the bad
+    /// value and the valid range.
+    #[error("{op}: {msg}")]
+    IndexOutOfRange { op: String, msg: String },
+
     #[error("{op}: dtype {dtype} is not supported{detail}")]
     UnsupportedDType { op: String, dtype: String, detail: String },
 
@@ -165,7 +171,7 @@ impl Error {
             Error::UnknownOp { .. } => Code::NotFound,
             Error::Op { .. } | Error::InvalidArgument(_) => Code::InvalidArgument,
             Error::UnsupportedDType { .. } => Code::Unimplemented,
-            Error::DeviceOutOfRange { .. } => Code::OutOfRange,
+            Error::DeviceOutOfRange { .. } | Error::IndexOutOfRange { .. } => Code::OutOfRange,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::NotFound(_) => Code::NotFound,
@@ -180,7 +186,11 @@ impl Error {
     /// Attributes an error from the device to `op`.
     pub fn in_op(self, op: &str) -> Error {
         match self {
-            e @ (Error::Op { .. } | Error::InOp { .. } | Error::Compile { .. } | Error::WasmPlugin { .. }) => e,
+            e @ (Error::Op { .. }
+            | Error::InOp { .. }
+            | Error::IndexOutOfRange { .. }
+            | Error::Compile { .. }
+            | Error::WasmPlugin { .. }) => e,
             e => Error::InOp { op: op.to_string(), source: Box::new(e) },
         }
     }

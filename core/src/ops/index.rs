@@ -4,9 +4,13 @@
 //! `stablehlo.scatter`; `slice_scatter` and `select_scatter` as pads and
 //! selects.
 //!
-//! Negative indices wrap (`i + size` where `i < 0`) as in PyTorch. Indices
-//! are device data, so out-of-range values cannot be reported: like XLA's
-//! gather, reads clamp them into range, and scatters drop them.
+//! Indices are device data, so their range cannot be checked while
+//! lowering: each op adds an index check ([`Cx::check_index`]) with
+//! PyTorch's valid range for it (`0..n` for gather, scatter, index_select
+//! and index_add; `-n..n` for advanced indexing and `take`, where negative
+//! indices wrap as `i + n`), which the runtime reports at the next host
+//! read. With the checks off, reads clamp out-of-range indices into range
+//! (as XLA's gather does) and scatters drop them.
 
 use crate::bail_op;
 use crate::dtype::DType;
@@ -44,6 +48,12 @@ fn wrap_index(cx: &mut Cx, idx: V, size: i64) -> V {
     let neg = cx.f.compare(Cmp::Lt, i, zero);
     let wrapped = cx.f.add(i, n);
     cx.f.select(neg, wrapped, i)
+}
+
+/// Checks `idx` against `0..size` along `dim`: gather, scatter,
+/// index_select and index_add take no negative indices in PyTorch.
+fn check_dim_index(cx: &mut Cx, idx: V, dim: usize, size: i64) {
+    cx.check_index(idx, 0..size, || format!("dimension {dim} with size {size}"));
 }
 
 /// Treats a 0-dim value as shape [1] (PyTorch's `ensure_nonempty_dim`).
@@ -141,6 +151,7 @@ fn gather_dim(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
     let (x1, i1) = (at_least_1d(cx, x), at_least_1d(cx, idx));
     let rank = cx.rank(x1);
     let size = cx.dims(x1)[dim];
+    check_dim_index(cx, idx, dim, size);
     let coords = dim_coords(cx, i1, dim, size);
     let all: Vec<i64> = (0..rank as i64).collect();
     let out_dims = cx.dims(i1);
@@ -195,7 +206,9 @@ fn scatter_dim(cx: &mut Cx, x: V, dim: i64, idx: V, src: Src, combine: Option<Re
             cx.f.broadcast_to(v, &idims)
         }
     };
-    let coords = dim_coords(cx, i1, dim, cx.dims(x1)[dim]);
+    let size = cx.dims(x1)[dim];
+    check_dim_index(cx, idx, dim, size);
+    let coords = dim_coords(cx, i1, dim, size);
     let all: Vec<i64> = (0..rank as i64).collect();
     let out = match combine {
         None => cx.f.scatter(x1, coords, upd, &[], &all, &all, rank as i64, None),
@@ -296,8 +309,10 @@ fn index_select(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
         return Ok(cx.f.splat(&cx.ty(x).with_dims(&out_shape), 0.0));
     }
     let rank = out_dims.len();
+    let size = cx.dims(x1)[dim];
+    check_dim_index(cx, idx, dim, size);
     let i = cx.f.reshape(idx, &[n, 1]);
-    let i = wrap_index(cx, i, cx.dims(x1)[dim]);
+    let i = wrap_index(cx, i, size);
     let offset: Vec<i64> = (0..rank as i64).filter(|&d| d != dim as i64).collect();
     let mut slice = cx.dims(x1);
     slice[dim] = 1;
@@ -344,6 +359,7 @@ fn index_add(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, alpha: super::ScalarRe
     if n == 0 || shape::numel(&x1d) == 0 {
         return Ok(x);
     }
+    check_dim_index(cx, idx, dim, x1d[dim]);
     let i = cx.f.reshape(idx, &[n, 1]);
     let i = wrap_index(cx, i, x1d[dim]);
     let rank = x1d.len() as i64;
@@ -466,7 +482,9 @@ fn advanced(cx: &mut Cx, x: V, indices: &[Option<V>]) -> Result<Advanced> {
         .iter()
         .zip(&indexed)
         .map(|(&i, &d)| {
-            let w = wrap_index(cx, i, xd[d]);
+            let n = xd[d];
+            cx.check_index(i, -n..n, || format!("dimension {d} with size {n}"));
+            let w = wrap_index(cx, i, n);
             let b = cx.f.broadcast_to(w, &batch);
             cx.f.reshape(b, &col_dims)
         })
@@ -530,15 +548,49 @@ fn index_put(cx: &mut Cx, x: V, indices: &[Option<V>], values: V, accumulate: bo
     })
 }
 
+/// `take(self, index)`: `self` flattened, read at `index` (negative entries
+/// wrap); the result has the index's shape.
+fn take(cx: &mut Cx, x: V, idx: V) -> Result<V> {
+    let (xd, id) = (cx.dims(x), cx.dims(idx));
+    if cx.dtype(idx) != DType::I64 {
+        bail_op!(&*cx.op, "take(): Expected a long tensor for index, but got {} (index shape {})", cx.dtype(idx), shape::fmt(&id));
+    }
+    let (n, m) = (shape::numel(&xd), shape::numel(&id));
+    if m == 0 {
+        return Ok(cx.f.splat(&cx.ty(x).with_dims(&id), 0.0));
+    }
+    if n == 0 {
+        bail_op!(&*cx.op, "take(): tried to take from an empty tensor (self shape {}, index shape {})", shape::fmt(&xd), shape::fmt(&id));
+    }
+    cx.check_index(idx, -n..n, || format!("a tensor of {n} elements"));
+    let flat = cx.f.reshape(x, &[n]);
+    let i = cx.f.reshape(idx, &[m, 1]);
+    let i = wrap_index(cx, i, n);
+    let g = cx.f.gather(flat, i, &[], &[0], &[0], 1, &[1], &[m]);
+    Ok(cx.f.reshape(g, &id))
+}
+
 fn register_advanced(r: &mut Builder) {
     r.op("aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor", |cx, a| {
         let indices = a.opt_tensors(1)?.to_vec();
         Ok(vec![index(cx, a.tensor(0)?, &indices)?])
     });
-    r.op_and_inplace("aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor", |cx, a| {
+    let put: std::sync::Arc<super::LowerFn> = std::sync::Arc::new(|cx, a| {
         let indices = a.opt_tensors(1)?.to_vec();
         Ok(vec![index_put(cx, a.tensor(0)?, &indices, a.tensor(2)?, a.bool(3)?)?])
     });
+    r.op_shared("aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor", put.clone());
+    r.op_shared(
+        "aten::index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor(a!)",
+        put.clone(),
+    );
+    // What `index_put_` calls in PyTorch; `unsafe` only skips its checks.
+    r.op_shared(
+        "aten::_index_put_impl_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False, \
+         bool unsafe=False) -> Tensor(a!)",
+        put,
+    );
+    r.op("aten::take(Tensor self, Tensor index) -> Tensor", |cx, a| Ok(vec![take(cx, a.tensor(0)?, a.tensor(1)?)?]));
 }
 
 // -------------------------------------------------------------- masked_fill

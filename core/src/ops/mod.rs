@@ -32,7 +32,7 @@ use parking_lot::RwLock;
 
 use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
-use crate::hlo::{Elem, Func, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::runtime::Runtime;
 use crate::tensor::{Scalar, Value};
 pub use schema::{ArgType, Schema};
@@ -77,6 +77,60 @@ pub enum ParamSrc {
     Rng,
 }
 
+/// What an index check is about: an index into a tensor, or a class target
+/// of a loss. Only the wording of the error differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckKind {
+    Index,
+    Target,
+}
+
+/// How to word an out-of-range index that a check finds: the op, what the
+/// index selects from, and PyTorch's valid range for that op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexCheck {
+    /// The op, named by the runtime when it lowers the call.
+    pub op: Arc<str>,
+    pub kind: CheckKind,
+    /// What the index selects from: "a weight of 50 rows", "5 classes".
+    pub what: String,
+    /// The valid values, inclusive at both ends (none when `lo > hi`).
+    pub lo: i64,
+    pub hi: i64,
+}
+
+impl IndexCheck {
+    /// The offending value given the checked entries' `min` and `max`, if
+    /// any (an empty index has min i64::MAX and max i64::MIN: never bad).
+    pub fn violation(&self, min: i64, max: i64) -> Option<i64> {
+        if min < self.lo {
+            Some(min)
+        } else if max > self.hi {
+            Some(max)
+        } else {
+            None
+        }
+    }
+
+    /// The error text for the offending value `bad` (without the op).
+    pub fn describe(&self, bad: i64) -> String {
+        let valid =
+            if self.lo > self.hi { "no value is valid".to_string() } else { format!("valid: {} to {}", self.lo, self.hi) };
+        match self.kind {
+            CheckKind::Index => format!("index {bad} is out of range for {} ({valid})", self.what),
+            CheckKind::Target => format!("target {bad} is out of bounds for {} ({valid})", self.what),
+        }
+    }
+}
+
+/// One index check in a program: `value` is a `tensor<2xi64>` holding the
+/// min and max of the checked entries, computed next to the op itself.
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub value: V,
+    pub info: IndexCheck,
+}
+
 /// The lowering context: the function being built and its parameter plan.
 pub struct Cx {
     pub f: Func,
@@ -84,11 +138,95 @@ pub struct Cx {
     plan: Vec<ParamSrc>,
     scalar_params: Vec<(usize, Elem, V)>,
     nones: Vec<V>,
+    /// Whether lowerings add index checks (the runtime's switch, part of
+    /// every program's cache key); off for a bare `Cx`.
+    index_checks: bool,
+    checks: Vec<Check>,
+    /// (index, lo, hi, ignore) of each check in `checks`: an index checked
+    /// twice by one lowering (scatter_reduce scatters more than once) is
+    /// checked once.
+    check_keys: Vec<(V, i64, i64, Option<i64>)>,
 }
 
 impl Cx {
     pub fn new(op: &str) -> Cx {
-        Cx { f: Func::new(), op: op.into(), plan: Vec::new(), scalar_params: Vec::new(), nones: Vec::new() }
+        Cx {
+            f: Func::new(),
+            op: op.into(),
+            plan: Vec::new(),
+            scalar_params: Vec::new(),
+            nones: Vec::new(),
+            index_checks: false,
+            checks: Vec::new(),
+            check_keys: Vec::new(),
+        }
+    }
+
+    /// Turns index checks on or off for what is lowered from now on.
+    pub fn set_index_checks(&mut self, on: bool) {
+        self.index_checks = on;
+    }
+
+    /// Checks that every entry of the integer tensor `idx` lies in `range`
+    /// (PyTorch's valid range for the op: `0..n`, or `-n..n` where negative
+    /// indices wrap). `what` names what the index selects from, for the
+    /// error. The op stays asynchronous: the program gets a small extra
+    /// output (the indices' min and max), which the runtime checks at the
+    /// next host read or synchronize.
+    pub fn check_index(&mut self, idx: V, range: std::ops::Range<i64>, what: impl FnOnce() -> String) {
+        self.add_check(idx, range, None, CheckKind::Index, what);
+    }
+
+    /// Checks the class targets `t` of a loss against `0..classes`; targets
+    /// equal to `ignore_index` are left out.
+    pub fn check_target(&mut self, t: V, classes: i64, ignore_index: i64) {
+        self.add_check(t, 0..classes, Some(ignore_index), CheckKind::Target, || format!("{classes} classes"));
+    }
+
+    fn add_check(
+        &mut self,
+        idx: V,
+        range: std::ops::Range<i64>,
+        ignore: Option<i64>,
+        kind: CheckKind,
+        what: impl FnOnce() -> String,
+    ) {
+        // `range.end - 1` cannot overflow: the end is a size (>= 0).
+        let (lo, hi) = (range.start, range.end.saturating_sub(1));
+        if !self.index_checks || self.check_keys.contains(&(idx, lo, hi, ignore)) {
+            return;
+        }
+        self.check_keys.push((idx, lo, hi, ignore));
+        let n = self.ty(idx).numel();
+        let i = self.f.convert(idx, Elem::I64);
+        let i = self.f.reshape(i, &[n]);
+        let ty = self.ty(i).clone();
+        let min_init = self.f.splat_int(&Ty::scalar(Elem::I64), i64::MAX);
+        let max_init = self.f.splat_int(&Ty::scalar(Elem::I64), i64::MIN);
+        // Ignored entries take the reductions' identities, so they count
+        // for neither the min nor the max.
+        let (for_min, for_max) = match ignore {
+            Some(ig) => {
+                let igv = self.f.splat_int(&ty, ig);
+                let is_ig = self.f.compare(Cmp::Eq, i, igv);
+                let big = self.f.splat_int(&ty, i64::MAX);
+                let small = self.f.splat_int(&ty, i64::MIN);
+                (self.f.select(is_ig, big, i), self.f.select(is_ig, small, i))
+            }
+            None => (i, i),
+        };
+        let min = self.f.reduce(for_min, min_init, &[0], Reducer::Min);
+        let max = self.f.reduce(for_max, max_init, &[0], Reducer::Max);
+        let (min, max) = (self.f.reshape(min, &[1]), self.f.reshape(max, &[1]));
+        let value = self.f.concatenate(&[min, max], 0);
+        let info = IndexCheck { op: self.op.clone(), kind, what: what(), lo, hi };
+        self.checks.push(Check { value, info });
+    }
+
+    /// The checks added since the last call.
+    pub fn take_checks(&mut self) -> Vec<Check> {
+        self.check_keys.clear();
+        std::mem::take(&mut self.checks)
     }
 
     /// Adds a parameter fed from `src`.

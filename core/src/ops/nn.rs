@@ -992,6 +992,7 @@ fn register_loss(r: &mut Builder) {
             let xc = cx.f.reshape(xc, &[batch, classes]);
             let tc = cx.f.convert(t, Elem::I64);
             let tc = cx.f.reshape(tc, &[batch]);
+            cx.check_target(tc, classes, ignore);
             let (loss, w) = nll_rows(cx, xc, tc, weight, ignore);
             // Unreduced 2-D input reports total_weight 0; a single sample
             // still reports its weight (PyTorch's CPU kernel).
@@ -1037,6 +1038,7 @@ fn register_loss(r: &mut Builder) {
             let xc = cx.f.reshape(xc, &[rows, classes]);
             let tc = cx.f.convert(t, Elem::I64);
             let tc = cx.f.reshape(tc, &[rows]);
+            cx.check_target(tc, classes, ignore);
             let (loss, w) = nll_rows(cx, xc, tc, weight, ignore);
             let (out, total) = nll_reduce(cx, loss, w, reduction, &td, false)?;
             Ok(vec![cx.f.convert(out, d), cx.f.convert(total, d)])
@@ -1115,6 +1117,8 @@ fn register_embedding(r: &mut Builder) {
                 bail_op!(&*cx.op, "'weight' must be 2-D, but got weight of size {}", fmt(&wd));
             }
             check_indices(cx, idx)?;
+            let rows = wd[0];
+            cx.check_index(idx, 0..rows, || format!("a weight of {rows} rows"));
             // padding_idx and the flags only affect the gradient.
             let n = shape::numel(&id);
             let flat = cx.f.reshape(idx, &[n, 1]);

@@ -1064,6 +1064,8 @@ fn embedding_bag(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     }
     bag_index(cx, idx, 1, "indices")?;
     bag_index(cx, off, 2, "offsets")?;
+    let rows = wd[0];
+    cx.check_index(idx, 0..rows, || format!("a weight of {rows} rows"));
     if !(0..=2).contains(&mode) {
         bail_op!(&*cx.op, "`mode` must be sum, mean, or max.");
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::dtype::{can_cast, DType};
 use crate::error::{Error, Result};
 use crate::hlo::{Elem, Ty, V};
-use crate::ops::{Args, Cx, Input, OpDef, ParamSrc, ScalarRef};
+use crate::ops::{Args, Check, Cx, IndexCheck, Input, OpDef, ParamSrc, ScalarRef};
 use crate::shape::{self, Dims};
 use crate::storage::Storage;
 use crate::tensor::{Tensor, Value};
@@ -22,6 +22,10 @@ pub(crate) enum Out {
     New { sizes: Dims, dtype: DType },
     /// The new value of the call's `slot`-th storage (a write through a view).
     Write { slot: usize },
+    /// The program's index checks: (min, max) of each checked index tensor,
+    /// in order, as one i64 vector that no storage holds; the runtime keeps
+    /// it until the next host read or synchronize ([`super::checks`]).
+    Checks(Arc<[IndexCheck]>),
 }
 
 /// What one schema return of a call is.
@@ -114,9 +118,10 @@ impl Flat {
     }
 }
 
-/// The cache key of a call. Everything that changes the program is in it;
-/// offsets and runtime scalar values are not.
-pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat) -> String {
+/// The cache key of a call. Everything that changes the program is in it
+/// (index checks on or off included); offsets and runtime scalar values are
+/// not.
+pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat, index_checks: bool) -> String {
     let mut k = String::with_capacity(64 + 48 * flat.tensors.len());
     let _ = write!(k, "{id}");
     let mut ti = 0;
@@ -151,6 +156,7 @@ pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat) ->
             }
         }
     }
+    k.push_str(if index_checks { "|i1" } else { "|i0" });
     k
 }
 
@@ -160,6 +166,9 @@ pub(crate) struct Lowered {
     pub outputs: Vec<V>,
     pub specs: Vec<Out>,
     pub returns: Vec<Ret>,
+    /// The call's index checks (not among `outputs`: a program returns all
+    /// of its checks as one value, [`combine_checks`]).
+    pub checks: Vec<Check>,
 }
 
 /// Lowers a call whose storages have the values `slot_vals` (rank 1): views
@@ -188,6 +197,12 @@ pub(crate) fn lower_call(
 
     let inputs = lowering_inputs(def, args, first_of_arg, &reads);
     let outs = (def.lower)(cx, &Args::new(op, &inputs))?;
+    let mut checks = cx.take_checks();
+    if !checks.is_empty() {
+        // A fused graph's Cx is not named after the op; the error must be.
+        let name: Arc<str> = op.into();
+        checks.iter_mut().for_each(|c| c.info.op = name.clone());
+    }
 
     // Map the lowering's values to outputs and schema returns.
     let schema = &def.schema;
@@ -287,7 +302,22 @@ pub(crate) fn lower_call(
             specs.push(Out::Write { slot });
         }
     }
-    Ok(Lowered { outputs, specs, returns })
+    Ok(Lowered { outputs, specs, returns, checks })
+}
+
+/// A program's index checks as one output value: each check's (min, max)
+/// concatenated, with what the runtime needs to word an error. One value
+/// per program, however many checks it has, keeps the pending list short.
+pub(crate) fn combine_checks(cx: &mut Cx, checks: Vec<Check>) -> Option<(V, Arc<[IndexCheck]>)> {
+    match checks.len() {
+        0 => None,
+        1 => Some((checks[0].value, Arc::from([checks[0].info.clone()]))),
+        _ => {
+            let vals: Vec<V> = checks.iter().map(|c| c.value).collect();
+            let v = cx.f.concatenate(&vals, 0);
+            Some((v, checks.into_iter().map(|c| c.info).collect()))
+        }
+    }
 }
 
 /// The tensors that the mutated arguments `which` hold, in order: one for a
@@ -348,9 +378,16 @@ fn lowering_inputs(def: &OpDef, args: &[Arg], first_of_arg: &[usize], reads: &[V
 }
 
 /// Lowers a call as a program of its own: each storage is a rank-1 parameter.
-/// Returns the program text and the parameter plan.
-pub(crate) fn lower_program(def: &OpDef, bound: &[Value], flat: &Flat) -> Result<(String, Vec<ParamSrc>, Lowered)> {
+/// Returns the program text and the parameter plan. With `index_checks`, a
+/// checked op's program has one more output, last: [`Out::Checks`].
+pub(crate) fn lower_program(
+    def: &OpDef,
+    bound: &[Value],
+    flat: &Flat,
+    index_checks: bool,
+) -> Result<(String, Vec<ParamSrc>, Lowered)> {
     let mut cx = Cx::new(def.name());
+    cx.set_index_checks(index_checks);
     let slot_vals: Vec<V> = flat
         .slots
         .iter()
@@ -358,7 +395,11 @@ pub(crate) fn lower_program(def: &OpDef, bound: &[Value], flat: &Flat) -> Result
         .map(|(s, st)| cx.param(Ty::new(st.dtype(), &[st.numel()]), ParamSrc::Storage(s)))
         .collect();
     let args: Vec<Arg> = bound.iter().map(Arg::of).collect();
-    let lowered = lower_call(&mut cx, def, &args, &flat.tensors, &flat.first_of_arg, &slot_vals)?;
+    let mut lowered = lower_call(&mut cx, def, &args, &flat.tensors, &flat.first_of_arg, &slot_vals)?;
+    if let Some((v, infos)) = combine_checks(&mut cx, std::mem::take(&mut lowered.checks)) {
+        lowered.outputs.push(v);
+        lowered.specs.push(Out::Checks(infos));
+    }
     let text = cx.f.finish(&lowered.outputs);
     tracing::trace!(op = def.name(), program = %text, "lowered");
     Ok((text, cx.plan().to_vec(), lowered))

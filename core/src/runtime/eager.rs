@@ -67,7 +67,7 @@ impl Runtime {
     fn run(self: &Arc<Self>, id: usize, def: &OpDef, bound: &[Value]) -> Result<Vec<Value>> {
         let flat = Flat::new(bound);
         let device = self.target_device(def, bound, &flat)?;
-        let key = signature(id, def, bound, &flat);
+        let key = signature(id, def, bound, &flat, self.index_checks.enabled());
         if current_mode() == ExecMode::DeferAndFuse {
             let same_device = flat.slots.iter().all(|s| s.device() == device);
             if same_device || !def.cross_device {
@@ -131,12 +131,12 @@ impl Runtime {
         let reg = registry();
         let def = reg.get(reg.lookup(name)?);
         let bound = def.bind(args)?;
-        Ok(lower_program(def, &bound, &Flat::new(&bound))?.0)
+        Ok(lower_program(def, &bound, &Flat::new(&bound), self.index_checks.enabled())?.0)
     }
 
     fn compile(&self, def: &OpDef, bound: &[Value], flat: &Flat) -> Result<Compiled> {
         let op = def.name();
-        let (text, plan, lowered) = lower_program(def, bound, flat)?;
+        let (text, plan, lowered) = lower_program(def, bound, flat, self.index_checks.enabled())?;
         let start = Instant::now();
         let exe = self.client.compile(op, &text, &CompileOptions::Portable).map_err(|e| match (&def.plugin, e) {
             (Some(plugin), Error::Compile { message, program, .. }) => Error::WasmPlugin {
@@ -186,12 +186,24 @@ impl Runtime {
             });
         }
         let refs: Vec<&Buffer> = args.iter().map(|b| &**b).collect();
-        let (outs, event) = c.exe.execute(&refs, device).map_err(|e| e.in_op(op))?;
+        let (mut outs, event) = c.exe.execute(&refs, device).map_err(|e| e.in_op(op))?;
         Stats::bump(&self.stats.executions);
-        if current_mode() == ExecMode::DeferNeverAndLaunchBlocking {
+        let blocking = current_mode() == ExecMode::DeferNeverAndLaunchBlocking;
+        if blocking {
             event.wait().map_err(|e| e.in_op(op))?;
         } else {
             self.track(device, op, event);
+        }
+        // The index checks are the last output. Launch-blocking mode checks
+        // them before binding any result, so a bad index leaves the op's
+        // in-place targets as they were.
+        if let Some(Out::Checks(checks)) = c.outputs.last() {
+            let buf = outs.pop().ok_or_else(|| Error::Internal(format!("{op}: the program returned no index checks")))?;
+            if blocking {
+                super::checks::IndexChecks::check_now(&buf, checks)?;
+            } else {
+                self.index_checks.defer(Arc::new(buf), checks.clone());
+            }
         }
 
         let mut results: Vec<Option<Tensor>> = Vec::with_capacity(outs.len());
@@ -205,6 +217,7 @@ impl Runtime {
                     flat.slots[*slot].set(StorageValue::Buffer(Arc::new(buf)));
                     None
                 }
+                Out::Checks(_) => None,
             });
         }
         build_returns(op, &c.returns, &results, bound)

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{lower_call, lower_program, Arg, Flat, Out, Ret, TensorDesc};
+use super::call::{combine_checks, lower_call, lower_program, Arg, Flat, Out, Ret, TensorDesc};
 use super::{Runtime, Stats};
 use crate::cache::{CacheKey, GraphSummary, NodeSummary, Tier};
 use crate::error::{Error, Result};
@@ -74,7 +74,8 @@ impl Runtime {
                 return Ok((i, t.list[i as usize].clone()));
             }
         }
-        let (_text, plan, lowered) = lower_program(def, bound, flat)?;
+        // Inference needs no checks: a flush lowers the graph's checks itself.
+        let (_text, plan, lowered) = lower_program(def, bound, flat, false)?;
         let inf = Arc::new(Inferred {
             args: bound.iter().map(Arg::of).collect(),
             tensors: flat.tensors.clone(),
@@ -181,6 +182,8 @@ impl Runtime {
                     rec.storages.push(Arc::downgrade(s));
                     None
                 }
+                // Inferred without checks (see `inferred`).
+                Out::Checks(_) => None,
             });
         }
         rec.bytes += bytes;
@@ -289,6 +292,8 @@ impl Runtime {
 
         // Lower the live nodes, in canonical order, into one function.
         let mut cx = Cx::new("fused graph");
+        cx.set_index_checks(self.index_checks.enabled());
+        let mut checks = Vec::new();
         let mut param_vals: Vec<Option<V>> = vec![None; rec.params.len()];
         let mut node_vals: Vec<Vec<V>> = vec![Vec::new(); rec.len()];
         let mut args: Vec<FusedArg> = Vec::new();
@@ -315,6 +320,7 @@ impl Runtime {
             cx.reset_scalars();
             let lowered = lower_call(&mut cx, def, &inf.args, &tensors, &inf.first_of_arg, &slot_vals)?;
             node_vals[i as usize] = lowered.outputs;
+            checks.extend(lowered.checks);
             let mut rng = node.rng.iter();
             for src in &cx.plan()[plan_start..] {
                 args.push(match src {
@@ -342,7 +348,13 @@ impl Runtime {
         let mut order: Vec<(u32, u32)> = canon.outputs.clone();
         order.sort_by_key(|&(n, o)| (canon.position[n as usize], o));
         order.dedup();
-        let out_vals: Vec<V> = order.iter().map(|&(n, o)| node_vals[n as usize][o as usize]).collect();
+        let mut out_vals: Vec<V> = order.iter().map(|&(n, o)| node_vals[n as usize][o as usize]).collect();
+        // The live nodes' index checks: one more output, last, that no
+        // storage holds; the runtime keeps it until the next host read.
+        let checks = combine_checks(&mut cx, checks).map(|(v, infos)| {
+            out_vals.push(v);
+            infos
+        });
         for &v in &out_vals {
             summary.outputs.push((cx.dtype(v), cx.dims(v)));
         }
@@ -398,7 +410,11 @@ impl Runtime {
         Stats::bump(&self.stats.fused_programs);
         self.track(device, &what, event);
 
-        let outs: Vec<Arc<Buffer>> = outs.into_iter().map(Arc::new).collect();
+        let mut outs: Vec<Arc<Buffer>> = outs.into_iter().map(Arc::new).collect();
+        if let Some(infos) = checks {
+            let buf = outs.pop().ok_or_else(|| Error::Internal(format!("{what}: the program returned no index checks")))?;
+            self.index_checks.defer(buf, infos);
+        }
         for (node, out, storage) in &wanted {
             let rep = (canon.rep[*node as usize], *out);
             let k = order.iter().position(|&p| p == rep).expect("every wanted value is an output");

@@ -5,6 +5,7 @@
 //! takes `&self`.
 
 mod call;
+mod checks;
 mod collective;
 mod eager;
 mod fused;
@@ -76,6 +77,8 @@ pub struct Runtime {
     last_flush: Mutex<Option<FlushInfo>>,
     /// Default, created and per-thread current streams of every device.
     streams: Streams,
+    /// The index-check switch and the checks pending a host read.
+    index_checks: checks::IndexChecks,
 }
 
 /// Fusion settings of a runtime.
@@ -135,6 +138,7 @@ impl Runtime {
             programs: ProgramCache::new(CacheConfig::from_env()),
             last_flush: Mutex::new(None),
             streams,
+            index_checks: checks::IndexChecks::from_env(),
         }))
     }
 
@@ -230,6 +234,28 @@ impl Runtime {
         self.fusion.lock().max_ops = max_ops.max(1);
     }
 
+    /// Turns the device-side index checks on or off (default on;
+    /// `TORCHTPU_INDEX_CHECKS=0` starts with them off). With them on, an
+    /// out-of-range index in an indexing op (embedding, gather, scatter,
+    /// index, index_put, take, index_select, index_add, nll_loss targets) is
+    /// an `OutOfRange` error at the next host read or synchronize, or at the
+    /// op in `DEFER_NEVER_AND_LAUNCH_BLOCKING` mode; with them off it is
+    /// silent (reads clamp, writes are dropped). The switch is part of every
+    /// program's cache key, so toggling never runs a program built for the
+    /// other setting. Checks already pending are still reported.
+    pub fn set_index_checks(&self, on: bool) {
+        self.index_checks.set_enabled(on);
+    }
+
+    pub fn index_checks(&self) -> bool {
+        self.index_checks.enabled()
+    }
+
+    /// Programs whose index checks wait for the next host read (bounded).
+    pub fn pending_index_checks(&self) -> usize {
+        self.index_checks.pending()
+    }
+
     /// What the last flush did.
     pub fn last_flush(&self) -> Option<FlushInfo> {
         self.last_flush.lock().clone()
@@ -320,16 +346,21 @@ impl Runtime {
             self.call("aten::clone", &[t.into()])?.remove(0).into_tensor()?
         };
         let buf = self.materialize(dense.storage(), "to_host", FlushReason::HostRead)?;
+        // A host read is where asynchronous index errors surface, as a
+        // device-side assert does on CUDA.
+        self.index_checks.resolve()?;
         buf.to_host(dst)
     }
 
     /// Flushes pending graphs, then waits for every stream and the programs
-    /// launched on them; returns the first error since the last sync.
+    /// launched on them; returns the first error since the last sync,
+    /// including an out-of-range index found by a pending index check.
     pub fn synchronize(self: &Arc<Self>) -> Result<()> {
         let flushed = self.flush(FlushReason::Synchronize);
         // Every launch is tracked on a stream, so the streams know all work.
         let streams = self.streams.synchronize_all();
-        flushed.and(streams)
+        let checked = self.index_checks.resolve();
+        flushed.and(streams).and(checked)
     }
 
     /// Hands the completion event of a program launched for `op` to the
