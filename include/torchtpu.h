@@ -594,8 +594,26 @@ struct ttpu_error_t *ttpu_runtime_memory(const struct ttpu_runtime_t *runtime,
                                          int64_t *out_peak_bytes);
 
 // Waits for all launched work; returns the first error asynchronous work
-// hit since the last synchronize.
+// hit since the last synchronize, or an out-of-range index that a pending
+// index check found (`TTPU_CODE_OUT_OF_RANGE`).
 struct ttpu_error_t *ttpu_runtime_synchronize(const struct ttpu_runtime_t *runtime);
+
+// Turns the device-side index checks on (`enabled = true`, the default
+// unless `TORCHTPU_INDEX_CHECKS=0`) or off. With them on, an out-of-range
+// index in an indexing op (embedding, gather, scatter, index, index_put,
+// take, index_select, index_add, nll_loss targets) is reported as a
+// `TTPU_CODE_OUT_OF_RANGE` error naming the op, the index and the valid
+// range: by the next `ttpu_tensor_to_host` or `ttpu_runtime_synchronize`,
+// or by the op's own call in `DEFER_NEVER_AND_LAUNCH_BLOCKING` mode. With
+// them off, reads clamp such indices and writes drop them, silently. The
+// setting is part of every program's cache key; checks already pending
+// are still reported.
+struct ttpu_error_t *ttpu_runtime_set_index_checks(const struct ttpu_runtime_t *runtime,
+                                                   bool enabled);
+
+// Writes whether the device-side index checks are on to `*out_enabled`.
+struct ttpu_error_t *ttpu_runtime_index_checks(const struct ttpu_runtime_t *runtime,
+                                               bool *out_enabled);
 
 // Seeds every device's random generator (like `torch.manual_seed`).
 struct ttpu_error_t *ttpu_runtime_manual_seed(const struct ttpu_runtime_t *runtime, uint64_t seed);
@@ -758,7 +776,10 @@ struct ttpu_error_t *ttpu_tensor_from_host(const struct ttpu_runtime_t *runtime,
                                            struct ttpu_tensor_t **out_tensor);
 
 // Copies the tensor's elements into `dst` (dense, row-major; `nbytes` must
-// equal numel * element size), waiting for pending work on it.
+// equal numel * element size), waiting for pending work on it. Reports an
+// out-of-range index that a pending index check found (any op's, as
+// `TTPU_CODE_OUT_OF_RANGE`; see `ttpu_runtime_set_index_checks`) instead
+// of copying.
 struct ttpu_error_t *ttpu_tensor_to_host(const struct ttpu_runtime_t *runtime,
                                          const struct ttpu_tensor_t *tensor,
                                          void *dst,

@@ -243,10 +243,38 @@ pub unsafe extern "C" fn ttpu_runtime_memory(
 }
 
 /// Waits for all launched work; returns the first error asynchronous work
-/// hit since the last synchronize.
+/// hit since the last synchronize, or an out-of-range index that a pending
+/// index check found (`TTPU_CODE_OUT_OF_RANGE`).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_synchronize(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
     ffi_boundary!({ ttpu_runtime_t::borrow(runtime, "ttpu_runtime_synchronize")?.rt.synchronize() })
+}
+
+/// Turns the device-side index checks on (`enabled = true`, the default
+/// unless `TORCHTPU_INDEX_CHECKS=0`) or off. With them on, an out-of-range
+/// index in an indexing op (embedding, gather, scatter, index, index_put,
+/// take, index_select, index_add, nll_loss targets) is reported as a
+/// `TTPU_CODE_OUT_OF_RANGE` error naming the op, the index and the valid
+/// range: by the next `ttpu_tensor_to_host` or `ttpu_runtime_synchronize`,
+/// or by the op's own call in `DEFER_NEVER_AND_LAUNCH_BLOCKING` mode. With
+/// them off, reads clamp such indices and writes drop them, silently. The
+/// setting is part of every program's cache key; checks already pending
+/// are still reported.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_set_index_checks(runtime: *const ttpu_runtime_t, enabled: bool) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_index_checks")?.rt.set_index_checks(enabled);
+        Ok(())
+    })
+}
+
+/// Writes whether the device-side index checks are on to `*out_enabled`.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_index_checks(runtime: *const ttpu_runtime_t, out_enabled: *mut bool) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_index_checks")?;
+        write_out(out_enabled, "ttpu_runtime_index_checks", r.rt.index_checks())
+    })
 }
 
 /// Seeds every device's random generator (like `torch.manual_seed`).

@@ -79,7 +79,10 @@ pub unsafe extern "C" fn ttpu_tensor_from_host(
 }
 
 /// Copies the tensor's elements into `dst` (dense, row-major; `nbytes` must
-/// equal numel * element size), waiting for pending work on it.
+/// equal numel * element size), waiting for pending work on it. Reports an
+/// out-of-range index that a pending index check found (any op's, as
+/// `TTPU_CODE_OUT_OF_RANGE`; see `ttpu_runtime_set_index_checks`) instead
+/// of copying.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_tensor_to_host(
     runtime: *const ttpu_runtime_t,

@@ -399,6 +399,20 @@ class Runtime(_Owned):
         return {k: int(getattr(s, k)) for k in ("compiles", "compile_ns", "cache_hits", "cache_misses",
                                                 "executions", "view_ops", "cached_programs")}
 
+    def set_index_checks(self, enabled: bool) -> None:
+        """Turns the device-side index checks on (default) or off. On, an
+        out-of-range index (embedding, gather, scatter, indexing, take,
+        nll_loss targets, ...) raises IndexError at the next host read or
+        synchronize, or at the op under TORCHTPU_LAUNCH_BLOCKING=1; off, it
+        is silent. ``TORCHTPU_INDEX_CHECKS=0`` starts with them off."""
+        check(lib.ttpu_runtime_set_index_checks(self.handle, bool(enabled)))
+
+    def index_checks(self) -> bool:
+        """Whether the device-side index checks are on."""
+        out = ffi.new("bool*")
+        check(lib.ttpu_runtime_index_checks(self.handle, out))
+        return bool(out[0])
+
     # ----------------------------------------------------------- fusion
 
     def flush(self) -> None:
