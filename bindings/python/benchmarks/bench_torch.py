@@ -3,7 +3,9 @@
 1. dispatch overhead: microseconds per `x + y` on a small tensor, in strict
    (DEFER_NEVER) and fused (DEFER_AND_FUSE) mode, against CPU eager;
 2. the example GPT's training step (forward, backward, AdamW) in strict,
-   fused and compiled (torch.compile(backend="tpu")) mode, against CPU eager.
+   fused and compiled (torch.compile(backend="tpu")) mode, against CPU eager;
+3. what the device-side index checks cost: the same GPT step in strict and
+   fused mode with the checks on and off (alternating rounds on one model).
 
 Times are medians over repeats after warm-up; the ratios are what to quote
 (machines are shared and noisy).
@@ -54,8 +56,11 @@ def dispatch_us(device: str, mode: str | None, n: int = 2000, repeats: int = 5) 
     return statistics.median(times)
 
 
-def gpt_step_ms(gpt, device: str, mode: str | None, compile: bool, steps: int) -> float:
-    """Median milliseconds per GPT training step after warm-up."""
+def gpt_trainer(gpt, device: str, compile: bool, steps: int):
+    """The example GPT with AdamW: returns `train(n)`, which runs the next
+    `n` training steps (reading the loss each step, as a training loop that
+    logs does) and returns each step's milliseconds. `steps` bounds the
+    batches drawn in all."""
     text = gpt.make_text()
     chars = sorted(set(text))
     data = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
@@ -71,21 +76,57 @@ def gpt_step_ms(gpt, device: str, mode: str | None, compile: bool, steps: int) -
 
     if compile:
         step = torch.compile(step, backend="tpu")
-    ctx = torch.tpu.set_eager_mode(mode) if mode else None
-    times = []
-    try:
-        for i, (x, y) in enumerate(gpt.batches(data, steps + 3, 16, 64, 0)):
+    batches = gpt.batches(data, steps, 16, 64, 0)
+
+    def train(n: int) -> list[float]:
+        times = []
+        for _, (x, y) in zip(range(n), batches):
             start = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = step(x.to(device), y.to(device))
             opt.step()
             loss.item()
-            if i >= 3:
-                times.append((time.perf_counter() - start) * 1e3)
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
+
+    return train
+
+
+def gpt_step_ms(gpt, device: str, mode: str | None, compile: bool, steps: int) -> float:
+    """Median milliseconds per GPT training step after warm-up."""
+    ctx = torch.tpu.set_eager_mode(mode) if mode else None
+    try:
+        train = gpt_trainer(gpt, device, compile, steps + 3)
+        train(3)
+        return statistics.median(train(steps))
     finally:
         if ctx:
             ctx.__exit__(None, None, None)
-    return statistics.median(times)
+
+
+def index_check_ms(gpt, mode: str, steps: int, rounds: int = 4) -> tuple[float, float]:
+    """Median milliseconds per GPT step with the index checks (embedding,
+    cross_entropy's targets) on and off: one model, `rounds` alternating
+    rounds of steps per setting after both are warm, so drift on a shared
+    machine hits both alike."""
+    rt = torch.tpu._runtime()
+    was = rt.index_checks()
+    per_round = max(1, steps // rounds)
+    ctx = torch.tpu.set_eager_mode(mode)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        train = gpt_trainer(gpt, "tpu", False, 6 + 2 * rounds * per_round)
+        for on in (True, False):  # compiles each setting's programs
+            rt.set_index_checks(on)
+            train(3)
+        for _ in range(rounds):
+            for on in (True, False):
+                rt.set_index_checks(on)
+                times[on] += train(per_round)
+    finally:
+        rt.set_index_checks(was)
+        ctx.__exit__(None, None, None)
+    return statistics.median(times[True]), statistics.median(times[False])
 
 
 def main() -> None:
@@ -111,6 +152,11 @@ def main() -> None:
         ms = gpt_step_ms(gpt, device, mode, comp, args.steps)
         base = base or ms
         print(f"  {label:22s} {ms:8.2f}   {base / ms:.2f}x the speed of cpu eager")
+
+    print("\nindex checks: GPT training step with the checks on vs off (ms/step; on/off > 1 is their cost)")
+    for label, mode in (("tpu strict", "DEFER_NEVER"), ("tpu fused", "DEFER_AND_FUSE")):
+        on, off = index_check_ms(gpt, mode, args.steps)
+        print(f"  {label:22s} on {on:8.2f}   off {off:8.2f}   on/off {on / off:.3f}x")
 
 
 if __name__ == "__main__":
