@@ -1,7 +1,9 @@
 """Index ops against PyTorch CPU: index_select, gather, scatter (src, value,
 add, reduce) and their in-place forms, advanced indexing (index.Tensor,
-index_put), index_add and masked_fill; negative indices and dims, several
-dtypes, strided inputs, and errors."""
+index_put), take, index_add and masked_fill; negative indices (where
+PyTorch takes them) and dims, several dtypes, strided inputs, errors, and
+out-of-range indices (an IndexError at the read, or at the op in debug
+mode)."""
 
 import pytest
 import torch
@@ -32,13 +34,14 @@ def exact(dtype):
     return {"atol": 0, "rtol": 0}
 
 
-def rand_index(high, shape, dtype=torch.int64, negative=True):
-    """Indices in [-high, high) (wrapping) or [0, high)."""
+def rand_index(high, shape, dtype=torch.int64, negative=False):
+    """Indices in [0, high), or [-high, high) (wrapping: advanced indexing
+    and take only; the other index ops reject negative indices)."""
     low = -high if negative else 0
     return torch.randint(low, high, shape, dtype=dtype)
 
 
-def unique_index(size, shape, dim, negative=True):
+def unique_index(size, shape, dim, negative=False):
     """An index of `shape` whose entries along `dim` are distinct (so that
     replacing scatters are deterministic)."""
     dim = dim % len(shape)
@@ -58,15 +61,14 @@ def unique_index(size, shape, dim, negative=True):
 def test_index_select(rt, dtype, dim, index_dtype):
     x = data((3, 4, 5), dtype)
     idx = rand_index(x.shape[dim], (7,), index_dtype)
-    # torch.index_select rejects negative indices; ours wrap them like x[idx].
-    want = torch.index_select(x, dim, idx % x.shape[dim])
+    want = torch.index_select(x, dim, idx)
     check(call(rt, "aten::index_select", x, dim, idx), want, **exact(dtype))
 
 
 def test_index_select_shapes(rt):
     x = data((3, 4), torch.float32)
-    for idx in [torch.tensor(2), torch.tensor([], dtype=torch.int64), torch.tensor([-1])]:
-        check(call(rt, "aten::index_select", x, 1, idx), torch.index_select(x, 1, idx % 4))
+    for idx in [torch.tensor(2), torch.tensor([], dtype=torch.int64), torch.tensor([3])]:
+        check(call(rt, "aten::index_select", x, 1, idx), torch.index_select(x, 1, idx))
     s = torch.tensor(2.5)
     check(call(rt, "aten::index_select", s, 0, torch.tensor([0])), torch.index_select(s, 0, torch.tensor([0])))
     check(call(rt, "aten::index_select", s, -1, torch.tensor(0)), torch.index_select(s, -1, torch.tensor(0)))
@@ -91,8 +93,7 @@ def test_gather(rt, dtype, dim):
     shape = [3, 4, 5]
     shape[dim] = 7
     idx = rand_index(x.shape[dim], shape)
-    # torch.gather does not wrap negative indices; compare to the wrapped form.
-    want = torch.gather(x, dim, idx % x.shape[dim])
+    want = torch.gather(x, dim, idx)
     check(call(rt, "aten::gather", x, dim, idx), want, **exact(dtype))
     check(call(rt, "aten::gather", x, dim, idx.int()), want, **exact(dtype))
 
@@ -125,7 +126,7 @@ def test_scatter_src(rt, dtype, dim):
     shape[dim] = 3
     idx = unique_index(x.shape[dim], shape, dim)
     src = data((5, 6, 7), dtype)  # larger than the index: only a block is used
-    want = torch.scatter(x, dim, idx % x.shape[dim], src)
+    want = torch.scatter(x, dim, idx, src)
     check(call(rt, "aten::scatter.src", x, dim, idx, src), want, **exact(dtype))
     check(call(rt, "aten::scatter_.src", x, dim, idx, src), want, **exact(dtype))
 
@@ -135,7 +136,7 @@ def test_scatter_src(rt, dtype, dim):
 def test_scatter_value(rt, dtype, value):
     x = data((4, 6), dtype)
     idx = unique_index(6, (4, 3), 1)
-    want = torch.scatter(x, 1, idx % 6, value)
+    want = torch.scatter(x, 1, idx, value)
     check(call(rt, "aten::scatter.value", x, 1, idx, value), want, **exact(dtype))
     check(call(rt, "aten::scatter_.value", x, -1, idx, value), want, **exact(dtype))
 
@@ -146,7 +147,7 @@ def test_scatter_add(rt, dtype, dim):
     x = data((5, 6), dtype)
     idx = rand_index(x.shape[dim], (8, 4) if dim == 0 else (4, 9))  # duplicates accumulate
     src = data((8, 9), dtype)
-    want = torch.scatter_add(x.float(), dim, idx % x.shape[dim], src.float()).to(dtype)
+    want = torch.scatter_add(x.float(), dim, idx, src.float()).to(dtype)
     tol = tol_for(dtype) if dtype.is_floating_point else exact(dtype)
     check(call(rt, "aten::scatter_add", x, dim, idx, src), want, **tol)
     check(call(rt, "aten::scatter_add_", x, dim, idx, src), want, **tol)
@@ -192,7 +193,7 @@ def test_index_add(rt, dtype, dim, alpha):
     shape = list(x.shape)
     shape[dim] = 6
     src = data(shape, dtype)
-    want = torch.index_add(x.float(), dim, idx % x.shape[dim], src.float(), alpha=alpha).to(dtype)
+    want = torch.index_add(x.float(), dim, idx, src.float(), alpha=alpha).to(dtype)
     tol = tol_for(dtype) if dtype.is_floating_point else exact(dtype)
     check(call(rt, "aten::index_add", x, dim, idx, src, alpha), want, **tol)
     check(call(rt, "aten::index_add_", x, dim, idx.int(), src, alpha), want, **tol)
@@ -302,6 +303,60 @@ def test_index_put_errors(rt):
         call(rt, "aten::index_put", x, [x > 0], torch.tensor(1.0))
 
 
+# -------------------------------------------------------------------- take
+
+def test_take(rt):
+    x = data((3, 4), torch.float32)
+    idx = rand_index(12, (2, 5), negative=True)
+    check(call(rt, "aten::take", x, idx), torch.take(x, idx), atol=0, rtol=0)
+    check(call(rt, "aten::take", x, torch.zeros(0, dtype=torch.int64)), torch.take(x, torch.zeros(0, dtype=torch.int64)))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::take: take\(\): Expected a long tensor for index, but got int32"):
+        call(rt, "aten::take", x, idx.int())
+
+
+# ---------------------------------------------------- out-of-range indices
+
+# (op, args, the message's index and range): PyTorch's range for each op.
+OUT_OF_RANGE = [
+    ("aten::index_select", (torch.zeros(3, 4), 1, I(0, 4)), r"index 4 is out of range for dimension 1 with size 4 \(valid: 0 to 3\)"),
+    ("aten::index_select", (torch.zeros(3, 4), 0, I(-1)), r"index -1 is out of range for dimension 0 with size 3 \(valid: 0 to 2\)"),
+    ("aten::gather", (torch.zeros(3, 4), 1, I(0, -1).reshape(1, 2)), r"index -1 .*dimension 1 with size 4 \(valid: 0 to 3\)"),
+    ("aten::scatter.src", (torch.zeros(3), 0, I(3), torch.ones(1)), r"index 3 .*dimension 0 with size 3"),
+    ("aten::scatter.value", (torch.zeros(3), 0, I(-3), 1.0), r"index -3 .*\(valid: 0 to 2\)"),
+    ("aten::scatter_add", (torch.zeros(3), 0, I(5), torch.ones(1)), r"index 5 "),
+    ("aten::scatter_reduce.two", (torch.zeros(3), 0, I(5), torch.ones(1), "sum"), r"index 5 "),
+    ("aten::index_add", (torch.zeros(3), 0, I(3), torch.ones(1), 1), r"index 3 .*\(valid: 0 to 2\)"),
+    ("aten::index.Tensor", (torch.zeros(5), [I(7)]), r"index 7 is out of range for dimension 0 with size 5 \(valid: -5 to 4\)"),
+    ("aten::index.Tensor", (torch.zeros(4, 5), [None, I(-6)]), r"index -6 .*dimension 1 with size 5 \(valid: -5 to 4\)"),
+    ("aten::index_put", (torch.zeros(5), [I(5)], torch.ones(1)), r"index 5 .*\(valid: -5 to 4\)"),
+    ("aten::take", (torch.zeros(2, 2), I(4)), r"index 4 is out of range for a tensor of 4 elements \(valid: -4 to 3\)"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(OUT_OF_RANGE)))
+def test_out_of_range_index_raises(rt, case):
+    op, args, msg = OUT_OF_RANGE[case]
+    with pytest.raises(torchtpu.OutOfRangeError, match=f"{op}: {msg}"):
+        call(rt, op, *args)
+    # Reported once; the runtime carries on.
+    rt.synchronize()
+    check(call(rt, "aten::index_select", torch.arange(3.0), 0, I(2, 0)), torch.tensor([2.0, 0.0]))
+
+
+def test_index_checks_off(rt):
+    assert rt.index_checks()
+    rt.set_index_checks(False)
+    try:
+        assert not rt.index_checks()
+        # Reads clamp an out-of-range index, silently.
+        check(call(rt, "aten::index.Tensor", torch.arange(5.0), [I(7)]), torch.tensor([4.0]))
+        rt.synchronize()
+    finally:
+        rt.set_index_checks(True)
+    with pytest.raises(IndexError, match="index 7"):
+        call(rt, "aten::index.Tensor", torch.arange(5.0), [I(7)])
+
+
 # ------------------------------------------------------------- masked_fill
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -347,9 +402,9 @@ def test_strided_inputs(rt):
     xt = base_t.t()  # [8, 6], strides [1, 8]
     x = view(rt, base, [8, 6], [1, 8])
     idx = I(5, -1, 0, 2)
-    check(cpu(rt.call1("aten::index_select", x, 1, tpu(rt, idx))), xt.index_select(1, idx % 6))
+    check(cpu(rt.call1("aten::index_select", x, 1, tpu(rt, idx % 6))), xt.index_select(1, idx % 6))
     g = rand_index(6, (8, 3))
-    check(cpu(rt.call1("aten::gather", x, -1, tpu(rt, g))), xt.gather(1, g % 6))
+    check(cpu(rt.call1("aten::gather", x, -1, tpu(rt, g))), xt.gather(1, g))
     check(cpu(rt.call1("aten::index.Tensor", x, [None, tpu(rt, idx)])), xt[:, idx % 6])
     mask = torch.rand(8, 6) > 0.5
     check(cpu(rt.call1("aten::masked_fill.Scalar", x, tpu(rt, mask), 0.0)), xt.masked_fill(mask, 0.0))
@@ -375,7 +430,7 @@ def test_inplace_through_view(rt):
     src = torch.randn(4, 3)
     sidx = unique_index(4, (4, 3), 0)
     rt.call("aten::scatter_.src", v, 0, tpu(rt, sidx), tpu(rt, src))
-    vt.scatter_(0, sidx % 4, src)
+    vt.scatter_(0, sidx, src)
     check(cpu(base), base_t)
     mask = torch.rand(4, 3) > 0.5
     rt.call("aten::masked_fill_.Scalar", v, tpu(rt, mask), 9.0)
