@@ -2,6 +2,9 @@
  * index is TTPU_CODE_OUT_OF_RANGE naming the op and the valid range (at the
  * next read or synchronize; at the op in launch-blocking mode), the runtime
  * stays usable, and ttpu_runtime_set_index_checks turns the check off. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
+#include <stdlib.h>
+
 #include "check.h"
 
 static ttpu_tensor_t *i64_tensor(ttpu_runtime_t *rt, const int64_t *data, int64_t n) {
@@ -85,6 +88,13 @@ int main(void) {
     ttpu_tensor_destroy(tgood);
     ttpu_tensor_destroy(tbad);
     ttpu_tensor_destroy(tw);
+    ttpu_runtime_destroy(rt);
+
+    /* TORCHTPU_INDEX_CHECKS=0: a runtime created now starts with them off. */
+    CHECK(setenv("TORCHTPU_INDEX_CHECKS", "0", 1) == 0);
+    rt = test_runtime();
+    CHECK_OK(ttpu_runtime_index_checks(rt, &on));
+    CHECK(!on);
     ttpu_runtime_destroy(rt);
     return 0;
 }
