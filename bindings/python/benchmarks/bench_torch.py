@@ -106,8 +106,8 @@ def gpt_step_ms(gpt, device: str, mode: str | None, compile: bool, steps: int) -
 
 def index_check_ms(gpt, mode: str, steps: int, rounds: int = 4) -> tuple[float, float]:
     """Median milliseconds per GPT step with the index checks (embedding,
-    cross_entropy's targets) on and off: one model, `rounds` alternating
-    rounds of steps per setting after both are warm, so drift on a shared
+    cross_entropy's targets) on and off: one model, `rounds` rounds of steps
+    in each setting, interleaved, after both are warm, so drift on a shared
     machine hits both alike."""
     rt = torch.tpu._runtime()
     was = rt.index_checks()
@@ -119,8 +119,10 @@ def index_check_ms(gpt, mode: str, steps: int, rounds: int = 4) -> tuple[float, 
         for on in (True, False):  # compiles each setting's programs
             rt.set_index_checks(on)
             train(3)
-        for _ in range(rounds):
-            for on in (True, False):
+        for r in range(rounds):
+            # Alternate which setting goes first, so neither always follows
+            # the other.
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
                 rt.set_index_checks(on)
                 times[on] += train(per_round)
     finally:
