@@ -53,6 +53,9 @@ impl Arg {
             Value::Tensor(_) => Arg::Tensor,
             Value::TensorList(ts) => Arg::Tensors(ts.len()),
             Value::OptTensorList(ts) => Arg::OptTensors(ts.iter().map(Option::is_some).collect()),
+            // The lowering never sees a generator (the runtime draws from
+            // it), and a recorded call must not keep it alive.
+            Value::Generator(_) => Arg::Other(Value::None),
             other => Arg::Other(other.clone()),
         }
     }
@@ -115,7 +118,7 @@ impl Flat {
 }
 
 /// The cache key of a call. Everything that changes the program is in it;
-/// offsets and runtime scalar values are not.
+/// offsets, runtime scalar values and generators are not.
 pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat) -> String {
     let mut k = String::with_capacity(64 + 48 * flat.tensors.len());
     let _ = write!(k, "{id}");
@@ -146,6 +149,9 @@ pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat) ->
             Value::Scalar(s) => {
                 let _ = write!(k, "s{:?}", s.kind());
             }
+            // The program is the same whichever generator a call draws from
+            // (or none, the device default): the draw is a runtime argument.
+            Value::Generator(_) => k.push_str("None"),
             other => {
                 let _ = write!(k, "{other:?}");
             }
