@@ -10,6 +10,7 @@
 //! Lowerings only print StableHLO. Compiling and executing belong to
 //! [`crate::runtime`].
 
+mod amp;
 pub mod common;
 mod copy;
 mod creation;
@@ -449,6 +450,7 @@ impl Registry {
         sort::register(&mut b);
         nn::register(&mut b);
         optim::register(&mut b);
+        amp::register(&mut b);
         spatial::register(&mut b);
         special::register(&mut b);
         copy::register(&mut b);

@@ -262,9 +262,13 @@ pub(crate) fn lower_call(
         }
     } else {
         // The returns, then the new values of mutated arguments that no
-        // return aliases (batch norm's running statistics).
+        // return aliases (batch norm's running statistics). One `Tensor[]`
+        // return among others (the functional AMP unscale's `self_out`)
+        // takes as many values as the other returns and writes leave.
         let extra = mutated_tensors(args, first_of_arg, &schema.unreturned_mutated_args());
-        if outs.len() != schema.returns.len() + extra.len() {
+        let list_at = schema.returns.iter().position(|r| r == "Tensor[]");
+        let fixed = schema.returns.len() - usize::from(list_at.is_some()) + extra.len();
+        if outs.len() < fixed || (list_at.is_none() && outs.len() != fixed) {
             return Err(Error::Internal(format!(
                 "{op}: lowering gave {} values for {} returns and {} mutated tensors",
                 outs.len(),
@@ -272,8 +276,20 @@ pub(crate) fn lower_call(
                 extra.len()
             )));
         }
-        let (ret_vals, extra_vals) = outs.split_at(schema.returns.len());
-        for (r, &v) in ret_vals.iter().enumerate() {
+        let list_len = outs.len() - fixed;
+        let (ret_vals, extra_vals) = outs.split_at(outs.len() - extra.len());
+        let mut ret_vals = ret_vals.iter().copied();
+        for r in 0..schema.returns.len() {
+            if Some(r) == list_at {
+                let ids = ret_vals
+                    .by_ref()
+                    .take(list_len)
+                    .map(|v| new_output(cx, v, &mut outputs, &mut specs))
+                    .collect::<Result<_>>()?;
+                returns.push(Ret::List(ids));
+                continue;
+            }
+            let v = ret_vals.next().expect("counted above");
             match schema.return_alias[r] {
                 Some(arg) if schema.args[arg].mutable => {
                     write(cx, first_of_arg[arg], v)?;
