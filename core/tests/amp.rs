@@ -1,5 +1,7 @@
 //! The AMP (GradScaler) kernels with hand-computed values, in every
 //! execution mode (the Python suite compares them against PyTorch CPU).
+// The literals are exact f32 values, written out on purpose.
+#![allow(clippy::excessive_precision)]
 
 mod common;
 use common::*;
@@ -66,13 +68,13 @@ fn unscale_multiplies_and_flags_non_finite() {
         // All finite: found_inf keeps whatever it held.
         let c = f32s(rt, &[3.0], &[1]);
         let found = f32s(rt, &[0.75], &[1]);
-        unscale_(rt, &[c.clone()], &found, 0.5);
+        unscale_(rt, std::slice::from_ref(&c), &found, 0.5);
         assert_eq!((host_f32(rt, &c), host_f32(rt, &found)), (vec![1.5], vec![0.75]), "{mode:?}");
 
         // A NaN in a bf16 gradient, found_inf in f32; the product rounds to bf16.
         let h = bf16s(rt, &[1.0, f32::NAN, 3.0]);
         let found = f32s(rt, &[0.0], &[1]);
-        unscale_(rt, &[h.clone()], &found, 1.0 / 3.0);
+        unscale_(rt, std::slice::from_ref(&h), &found, 1.0 / 3.0);
         // 3 * f32(1/3) = 1.0000000298 rounds to 1 in bf16; 1/3 to 0.333984375.
         assert!(same(&host_bf16(rt, &h), &[0.333984375, f32::NAN, 1.0]), "{mode:?}: {:?}", host_bf16(rt, &h));
         assert_eq!(host_f32(rt, &found), [1.0], "{mode:?}");

@@ -1,7 +1,9 @@
 //! Factory ops (`full`, `zeros`, `arange`, `eye`, `linspace`, the `_like`
-//! forms), fills, and random sampling from the device's counter-based
-//! generator (`rand`, `randn`, `randint`, `randperm`, `uniform_`, `normal_`,
-//! `bernoulli`).
+//! forms), fills, and random sampling from a counter-based generator, the
+//! device's default or the call's `generator` argument (`rand`, `randn`,
+//! `randint`, `randperm`, `uniform_`, `normal_`, `bernoulli`, and the
+//! `.generator` overloads of the factories). Lowerings never see the
+//! generator: they ask for a draw ([`Cx::rng_state`]) and the runtime feeds it.
 //!
 //! Factory ops have no tensor inputs; their `device` argument is handled by
 //! the runtime. Fill values are runtime scalars, so a new value never

@@ -74,7 +74,8 @@ pub enum ParamSrc {
     Offset(usize),
     /// Scalar argument `arg`, converted to `elem`.
     Scalar { arg: usize, elem: Elem },
-    /// A fresh `tensor<2xui64>` RNG state from the device's generator.
+    /// A fresh `tensor<2xui64>` RNG state from the call's generator (its
+    /// `generator` argument, else the device default).
     Rng,
 }
 
