@@ -20,7 +20,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 2
+#define TTPU_API_MINOR 3
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -179,6 +179,11 @@ enum ttpu_value_kind
   TTPU_VALUE_KIND_SCALAR_BOOL = 11,
   // A dtype (`ttpu_dtype`) in `i`.
   TTPU_VALUE_KIND_DTYPE = 12,
+  // `ptr` is a `const ttpu_generator_t*` (not NULL; pass None with
+  // `TTPU_VALUE_KIND_NONE`), for a `Generator?` argument: the op draws
+  // from that generator instead of the device's default. The handle is
+  // borrowed for the call only. Since API 1.3.
+  TTPU_VALUE_KIND_GENERATOR = 13,
 };
 #ifndef __cplusplus
 typedef int32_t ttpu_value_kind;
@@ -193,6 +198,9 @@ typedef struct ttpu_error_t ttpu_error_t;
 
 // An event handle. Owned by the caller; free with `ttpu_event_destroy`.
 typedef struct ttpu_event_t ttpu_event_t;
+
+// A generator handle. Owned by the caller; free with `ttpu_generator_destroy`.
+typedef struct ttpu_generator_t ttpu_generator_t;
 
 // A runtime: one PJRT plugin and client with its devices. Thread-safe.
 // Created by `ttpu_runtime_create`, freed by `ttpu_runtime_destroy`.
@@ -479,6 +487,67 @@ struct ttpu_error_t *ttpu_runtime_last_miss_explanation(const struct ttpu_runtim
                                                         size_t capacity,
                                                         size_t *out_len);
 
+// Creates a generator for device `device` of `runtime`, seeded with `seed`
+// and independent of the device's default generator
+// (`torch.Generator(device="tpu:N").manual_seed(seed)`). On success
+// `*out_generator` owns a handle; free it with `ttpu_generator_destroy`. The
+// generator does not borrow the runtime. Fails with OUT_OF_RANGE for a bad
+// device.
+struct ttpu_error_t *ttpu_generator_create(const struct ttpu_runtime_t *runtime,
+                                           int64_t device,
+                                           uint64_t seed,
+                                           struct ttpu_generator_t **out_generator);
+
+// Writes a new handle to device `device`'s default generator to
+// `*out_generator`: the one random ops draw from when they are given no
+// generator, and that `ttpu_runtime_manual_seed`, `ttpu_runtime_rng_state`
+// and `ttpu_runtime_set_rng_state` act on (`torch.tpu.default_generators[N]`).
+// The caller owns the handle (free it with `ttpu_generator_destroy`, which
+// leaves the default generator in place); the generator itself lives as
+// long as the runtime or any handle to it. Fails with OUT_OF_RANGE for a bad
+// device.
+struct ttpu_error_t *ttpu_runtime_default_generator(const struct ttpu_runtime_t *runtime,
+                                                    int64_t device,
+                                                    struct ttpu_generator_t **out_generator);
+
+// Writes a new generator to `*out_generator` on the same device as
+// `generator`, starting from a copy of its state; the two then draw
+// independently (`torch.Generator.clone_state`). The caller owns the new
+// handle; free it with `ttpu_generator_destroy`.
+struct ttpu_error_t *ttpu_generator_clone_state(const struct ttpu_generator_t *generator,
+                                                struct ttpu_generator_t **out_generator);
+
+// Frees a generator handle (the generator lives on while other handles to
+// it, or the runtime for a default generator, hold it). NULL is a no-op.
+// Use after destroy is detected: the handle is marked destroyed and kept in
+// a quarantine of the 65536 most recently destroyed handles (of all kinds),
+// so while it is there any use of it fails with INVALID_ARGUMENT
+// ("ttpu_generator_t was already destroyed"), getters return their
+// invalid-handle value, and destroying it again is a no-op. Beyond that
+// bound a use of the pointer is undefined behaviour.
+void ttpu_generator_destroy(struct ttpu_generator_t *generator);
+
+// Seeds the generator and restarts its draws: `*out_calls` of
+// `ttpu_generator_state` becomes 0 (`torch.Generator.manual_seed`).
+struct ttpu_error_t *ttpu_generator_manual_seed(const struct ttpu_generator_t *generator,
+                                                uint64_t seed);
+
+// Writes the generator's whole state: `*out_seed`, the seed last set
+// (`torch.Generator.initial_seed`), and `*out_calls`, the random draws
+// since. Both pointers must be non-NULL; neither is written on failure.
+struct ttpu_error_t *ttpu_generator_state(const struct ttpu_generator_t *generator,
+                                          uint64_t *out_seed,
+                                          uint64_t *out_calls);
+
+// Restores a state read with `ttpu_generator_state` (from this or any
+// generator): the random ops that follow repeat the ones that followed it.
+struct ttpu_error_t *ttpu_generator_set_state(const struct ttpu_generator_t *generator,
+                                              uint64_t seed,
+                                              uint64_t calls);
+
+// The device index of the generator, or -1 if `generator` is invalid.
+int64_t ttpu_generator_device(const struct ttpu_generator_t *generator);
+
 // Calls the op `name` (e.g. "aten::add.Tensor") with `args[0..nargs]`
 // (positional; trailing defaults may be left out). Arguments are borrowed
 // for the call.
@@ -615,17 +684,18 @@ struct ttpu_error_t *ttpu_runtime_set_index_checks(const struct ttpu_runtime_t *
 struct ttpu_error_t *ttpu_runtime_index_checks(const struct ttpu_runtime_t *runtime,
                                                bool *out_enabled);
 
-// Seeds every device's random generator (like `torch.manual_seed`).
+// Seeds every device's default random generator (like `torch.manual_seed`);
+// generators made with `ttpu_generator_create` keep their state.
 struct ttpu_error_t *ttpu_runtime_manual_seed(const struct ttpu_runtime_t *runtime, uint64_t seed);
 
-// Writes device `index`'s random generator state to `*out_seed` and
-// `*out_calls` (the random ops drawn since seeding).
+// Writes device `index`'s default random generator state to `*out_seed`
+// and `*out_calls` (the random ops drawn since seeding).
 struct ttpu_error_t *ttpu_runtime_rng_state(const struct ttpu_runtime_t *runtime,
                                             int64_t index,
                                             uint64_t *out_seed,
                                             uint64_t *out_calls);
 
-// Restores device `index`'s random generator to a state read with
+// Restores device `index`'s default random generator to a state read with
 // `ttpu_runtime_rng_state`: the random ops that follow repeat.
 struct ttpu_error_t *ttpu_runtime_set_rng_state(const struct ttpu_runtime_t *runtime,
                                                 int64_t index,

@@ -9,7 +9,8 @@
 //! [`fusion`] (flushes, policies, the program cache, explanations).
 //! [`stream`] (streams and events), [`collective`] (collectives across
 //! devices), [`kv`] (the key-value store through which a client that spans
-//! processes rendezvouses), [`plugin`] (WebAssembly plugins).
+//! processes rendezvouses), [`plugin`] (WebAssembly plugins), [`generator`]
+//! (random generators for random ops' `generator` argument).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
@@ -18,6 +19,7 @@ mod ffi;
 pub mod collective;
 pub mod error;
 pub mod fusion;
+pub mod generator;
 pub mod kv;
 pub mod op;
 pub mod plugin;

@@ -8,6 +8,7 @@ use torchtpu_core::{Error, Result, Scalar, Tensor, Value};
 
 use crate::error::ttpu_error_t;
 use crate::ffi::{check_out, slice_arg, str_arg, write_out, Handle};
+use crate::generator::ttpu_generator_t;
 use crate::runtime::ttpu_runtime_t;
 use crate::tensor::{dtype_arg, ttpu_tensor_t};
 
@@ -42,6 +43,11 @@ pub enum ttpu_value_kind {
     ScalarBool = 11,
     /// A dtype (`ttpu_dtype`) in `i`.
     Dtype = 12,
+    /// `ptr` is a `const ttpu_generator_t*` (not NULL; pass None with
+    /// `TTPU_VALUE_KIND_NONE`), for a `Generator?` argument: the op draws
+    /// from that generator instead of the device's default. The handle is
+    /// borrowed for the call only. Since API 1.3.
+    Generator = 13,
 }
 
 /// One argument or result of `ttpu_op_call`, tagged by `kind`.
@@ -91,6 +97,7 @@ unsafe fn to_value(v: &ttpu_value_t, op: &str, pos: usize) -> Result<Value> {
         10 => Value::Scalar(Scalar::Float(v.d)),
         11 => Value::Scalar(Scalar::Bool(v.i != 0)),
         12 => Value::DType(dtype_arg(v.i as i32, &what)?),
+        13 => Value::Generator(ttpu_generator_t::borrow(v.ptr as *const ttpu_generator_t, &what)?.g.clone()),
         k => return Err(Error::InvalidArgument(format!("{what}: unknown value kind {k}"))),
     })
 }

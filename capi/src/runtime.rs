@@ -277,7 +277,8 @@ pub unsafe extern "C" fn ttpu_runtime_index_checks(runtime: *const ttpu_runtime_
     })
 }
 
-/// Seeds every device's random generator (like `torch.manual_seed`).
+/// Seeds every device's default random generator (like `torch.manual_seed`);
+/// generators made with `ttpu_generator_create` keep their state.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_manual_seed(runtime: *const ttpu_runtime_t, seed: u64) -> *mut ttpu_error_t {
     ffi_boundary!({
@@ -286,8 +287,8 @@ pub unsafe extern "C" fn ttpu_runtime_manual_seed(runtime: *const ttpu_runtime_t
     })
 }
 
-/// Writes device `index`'s random generator state to `*out_seed` and
-/// `*out_calls` (the random ops drawn since seeding).
+/// Writes device `index`'s default random generator state to `*out_seed`
+/// and `*out_calls` (the random ops drawn since seeding).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_rng_state(
     runtime: *const ttpu_runtime_t,
@@ -304,7 +305,7 @@ pub unsafe extern "C" fn ttpu_runtime_rng_state(
     })
 }
 
-/// Restores device `index`'s random generator to a state read with
+/// Restores device `index`'s default random generator to a state read with
 /// `ttpu_runtime_rng_state`: the random ops that follow repeat.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_set_rng_state(

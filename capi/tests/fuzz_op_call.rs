@@ -3,7 +3,8 @@
 //! garbage and non-UTF-8), random tagged arguments (every kind, invalid
 //! kinds, extreme ints and doubles, int lists with negative and huge sizes,
 //! strings, NULL pointers with nonzero lengths, small tensors of random
-//! shapes and dtypes, destroyed tensors still in quarantine) and random
+//! shapes and dtypes, destroyed tensors still in quarantine, generators:
+//! live, a device default, destroyed, and pointers of the wrong type) and random
 //! result capacities, in all three execution modes.
 //!
 //! Every call must return either success (its results are destroyed) or an
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use torchtpu::error::{ttpu_error_code, ttpu_error_destroy, ttpu_error_message, ttpu_error_t};
 use torchtpu::fusion::ttpu_runtime_flush;
+use torchtpu::generator::{ttpu_generator_create, ttpu_generator_destroy, ttpu_generator_t, ttpu_runtime_default_generator};
 use torchtpu::op::{ttpu_op_call, ttpu_op_count, ttpu_op_name, ttpu_value_t};
 use torchtpu::runtime::{
     ttpu_runtime_create, ttpu_runtime_destroy, ttpu_runtime_synchronize, ttpu_runtime_t, ttpu_set_thread_mode,
@@ -72,6 +74,8 @@ struct Arena {
     ints: Vec<Vec<i64>>,
     bytes: Vec<Vec<u8>>,
     ptrs: Vec<Vec<*const c_void>>,
+    /// Generator handles to pass: live ones and a destroyed one.
+    gens: Vec<*const c_void>,
 }
 
 fn dtype_code(r: &mut Rng) -> i32 {
@@ -162,7 +166,7 @@ fn random_name(r: &mut Rng, names: &[CString]) -> Vec<u8> {
 }
 
 fn random_arg(r: &mut Rng, live: &[*mut ttpu_tensor_t], dead: &[*mut ttpu_tensor_t], arena: &mut Arena) -> ttpu_value_t {
-    let kind = if r.chance(4) { *r.pick(&[-1, 13, 100, i32::MIN, i32::MAX]) } else { r.below(13) as i32 };
+    let kind = if r.chance(4) { *r.pick(&[-1, 14, 100, i32::MIN, i32::MAX]) } else { r.below(14) as i32 };
     let mut v = ttpu_value_t { kind, i: int(r), d: double(r), ptr: null(), len: 0 };
     let tensor = |r: &mut Rng| -> *const c_void {
         match r.below(20) {
@@ -199,6 +203,13 @@ fn random_arg(r: &mut Rng, live: &[*mut ttpu_tensor_t], dead: &[*mut ttpu_tensor
             arena.ints.push(xs);
         }
         12 => v.i = dtype_code(r) as i64,
+        13 => {
+            v.ptr = match r.below(4) {
+                0 => null(),
+                1 => tensor(r), // a handle of another type
+                _ => *r.pick(&arena.gens),
+            }
+        }
         _ => {}
     }
     if r.chance(3) {
@@ -275,6 +286,7 @@ fn typed_args(
                 _ => ttpu_value_t { kind: 11, i: r.below(2) as i64, ..none },
             },
             ArgType::ScalarType => ttpu_value_t { kind: 12, i: dtype_code(r) as i64, ..none },
+            ArgType::Generator => ttpu_value_t { kind: 13, ptr: *r.pick(&arena.gens), ..none },
             _ => none,
         };
         out.push(v);
@@ -340,6 +352,13 @@ fn fuzz_op_call() {
             }
         }
 
+        let mut gens: Vec<*mut ttpu_generator_t> = vec![null_mut(); 3];
+        assert!(ttpu_generator_create(rt, 0, 7, &mut gens[0]).is_null());
+        assert!(ttpu_runtime_default_generator(rt, 0, &mut gens[1]).is_null());
+        assert!(ttpu_generator_create(rt, 1, 8, &mut gens[2]).is_null());
+        ttpu_generator_destroy(gens[2]); // stays in quarantine: a use must fail cleanly
+        let gen_ptrs: Vec<*const c_void> = gens.iter().map(|&g| g as *const c_void).collect();
+
         let start = Instant::now();
         let mut n_calls = 0;
         while n_calls < calls && start.elapsed() < budget {
@@ -361,7 +380,7 @@ fn fuzz_op_call() {
             let mut name = random_name(&mut r, &names);
             name.retain(|&b| b != 0);
             name.push(0);
-            let mut arena = Arena::default();
+            let mut arena = Arena { gens: gen_ptrs.clone(), ..Arena::default() };
             let typed = if r.chance(70) { typed_args(&mut r, &name[..name.len() - 1], &live, &dead, &mut arena) } else { None };
             let args: Vec<ttpu_value_t> = typed.unwrap_or_else(|| {
                 (0..r.below(7)).map(|_| random_arg(&mut r, &live, &dead, &mut arena)).collect()
@@ -408,6 +427,9 @@ fn fuzz_op_call() {
         }
         for t in dead {
             ttpu_tensor_destroy(t); // a no-op: already destroyed
+        }
+        for g in gens {
+            ttpu_generator_destroy(g); // the last one: a no-op
         }
         ttpu_runtime_destroy(rt);
         eprintln!(

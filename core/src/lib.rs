@@ -26,5 +26,6 @@ pub mod view;
 
 pub use dtype::DType;
 pub use error::{Code, Error, Result};
+pub use runtime::rng::Generator;
 pub use runtime::{ExecMode, Runtime, RuntimeOptions};
 pub use tensor::{Scalar, Tensor, Value};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
+use crate::runtime::rng::Generator;
 use crate::shape::{self, Dims};
 use crate::storage::Storage;
 
@@ -172,6 +173,9 @@ pub enum Value {
     IntList(Vec<i64>),
     Scalar(Scalar),
     DType(DType),
+    /// A random generator for a `Generator?` argument (a handle: the call
+    /// draws from, and advances, the generator it names).
+    Generator(Generator),
 }
 
 impl Value {
@@ -189,6 +193,7 @@ impl Value {
             Value::IntList(_) => "int[]",
             Value::Scalar(_) => "Scalar",
             Value::DType(_) => "ScalarType",
+            Value::Generator(_) => "Generator",
         }
     }
 
@@ -256,6 +261,16 @@ impl From<Scalar> for Value {
 impl From<DType> for Value {
     fn from(v: DType) -> Value {
         Value::DType(v)
+    }
+}
+impl From<Generator> for Value {
+    fn from(v: Generator) -> Value {
+        Value::Generator(v)
+    }
+}
+impl From<&Generator> for Value {
+    fn from(v: &Generator) -> Value {
+        Value::Generator(v.clone())
     }
 }
 impl From<Vec<Tensor>> for Value {

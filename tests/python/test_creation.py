@@ -395,3 +395,54 @@ def test_random_inplace_through_view(rt):
     got = cpu(base)
     assert (got[:, 1::2] >= 5).all() and (got[:, 1::2] < 6).all()
     assert (got[:, 0::2] == 0).all()
+
+
+# ------------------------------------------------------------- generators
+
+def _rand_g(rt, g, n=1000):
+    """torch.rand(n, generator=g) through the C ABI."""
+    return cpu(rt.call1("aten::rand.generator", [n], g))
+
+
+def test_generator_reproducible_and_independent(rt):
+    """An explicit generator seeded like the default draws the same numbers;
+    draws through either leave the other alone; another seed differs."""
+    with rt.generator(0, 1234) as g, rt.default_generator(0) as d:
+        rt.manual_seed(1234)
+        a = _rand_g(rt, g)
+        assert g.get_state() == (1234, 1) and d.get_state() == (1234, 0)
+        check(_rand_g(rt, None), a, atol=0, rtol=0)
+        assert g.get_state() == (1234, 1) and rt.rng_state(0) == d.get_state() == (1234, 1)
+        assert a.min() >= 0 and a.max() < 1
+        with rt.generator(0, 1235) as h:
+            assert not torch.equal(_rand_g(rt, h), a)
+        # randn through normal_ with the generator, as torch.randn(generator=g) composes it.
+        g.manual_seed(7)
+        x = cpu(rt.call1("aten::normal_", tpu(rt, torch.zeros(100000)), 0.0, 1.0, g)).double()
+        assert abs(x.mean()) < 0.02 and abs(x.std() - 1) < 0.02
+        assert g.get_state() == (7, 1)
+
+
+def test_generator_state_and_clone(rt):
+    with rt.generator(1, 5) as g:
+        assert g.device == 1 and g.initial_seed() == 5
+        state = g.get_state()
+        a, b = _rand_g(rt, g), _rand_g(rt, g)
+        g.set_state(state)
+        check(_rand_g(rt, g), a, atol=0, rtol=0)
+        with g.clone_state() as c:
+            check(_rand_g(rt, c), b, atol=0, rtol=0)
+            check(_rand_g(rt, g), b, atol=0, rtol=0)
+        # Every random op takes one: bernoulli, randint, randperm, dropout-free ops too.
+        g.manual_seed(3)
+        p = cpu(rt.call1("aten::randperm.generator", 50, g))
+        assert sorted(p.tolist()) == list(range(50))
+        r = cpu(rt.call1("aten::randint.low_generator", -3, 3, [1000], g))
+        assert r.min() >= -3 and r.max() < 3
+        y = cpu(rt.call1("aten::bernoulli.p", tpu(rt, torch.zeros(10000)), 0.25, g))
+        assert abs(y.mean().item() - 0.25) < 0.02
+        assert g.get_state() == (3, 3)
+    with pytest.raises(ValueError, match="generator is closed"):
+        g.get_state()
+    with pytest.raises(torchtpu.OutOfRangeError):
+        rt.generator(99)

@@ -25,6 +25,7 @@ from .runtime import (  # noqa: F401
     DEFER_NEVER_AND_LAUNCH_BLOCKING,
     DType,
     Event,
+    Generator,
     Runtime,
     Scalar,
     Stream,

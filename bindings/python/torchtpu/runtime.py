@@ -1,5 +1,5 @@
-"""A Pythonic layer over the C ABI: runtimes, tensors, generic op calls, and
-streams and events.
+"""A Pythonic layer over the C ABI: runtimes, tensors, generic op calls,
+streams and events, and random generators.
 
 Only the C ABI is used (through :mod:`torchtpu._capi`); op semantics live in
 the Rust core. Tensors move to and from NumPy arrays.
@@ -268,6 +268,56 @@ class Event(_Owned):
         return float(out[0])
 
 
+class Generator(_Owned):
+    """An owned handle to a random generator of one device (like
+    ``torch.Generator``), passed to a random op's ``generator`` argument:
+    ``rt.call1("aten::rand.generator", [4], g)``. Make one with
+    ``Runtime.generator(device, seed)``; ``Runtime.default_generator(device)``
+    is a handle to the device's default one (what ops draw from without a
+    generator). Several handles may name one generator; ``close()`` (or
+    ``with``) frees the handle, not a shared generator."""
+
+    _what = "generator"
+    _destroy = staticmethod(lambda h: lib.ttpu_generator_destroy(h))
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @property
+    def device(self) -> int:
+        return int(lib.ttpu_generator_device(self.handle))
+
+    def manual_seed(self, seed: int) -> "Generator":
+        """Seeds the generator and restarts its draws; returns it, as torch does."""
+        check(lib.ttpu_generator_manual_seed(self.handle, seed))
+        return self
+
+    def initial_seed(self) -> int:
+        return self.get_state()[0]
+
+    def get_state(self) -> tuple[int, int]:
+        """(seed, random draws since seeding)."""
+        seed, calls = ffi.new("uint64_t*"), ffi.new("uint64_t*")
+        check(lib.ttpu_generator_state(self.handle, seed, calls))
+        return int(seed[0]), int(calls[0])
+
+    def set_state(self, state: tuple[int, int]) -> None:
+        """Restores a state from ``get_state``: the draws that follow repeat."""
+        seed, calls = state
+        check(lib.ttpu_generator_set_state(self.handle, seed, calls))
+
+    def clone_state(self) -> "Generator":
+        """A new, independent generator starting from a copy of this state."""
+        out = ffi.new("ttpu_generator_t**")
+        check(lib.ttpu_generator_clone_state(self.handle, out))
+        return Generator(out[0])
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "Generator(closed)"
+        return f"Generator(tpu:{self.device}, state {self.get_state()})"
+
+
 class Runtime(_Owned):
     """A runtime over one PJRT plugin. Use as a context manager or call close()."""
 
@@ -370,7 +420,20 @@ class Runtime(_Owned):
             prev.close()
 
     def manual_seed(self, seed: int) -> None:
+        """Seeds every device's default generator."""
         check(lib.ttpu_runtime_manual_seed(self.handle, seed))
+
+    def generator(self, device: int = 0, seed: int = 67280421310721) -> Generator:
+        """A new generator for `device`, independent of its default (PyTorch's default seed unless given)."""
+        out = ffi.new("ttpu_generator_t**")
+        check(lib.ttpu_generator_create(self.handle, device, seed, out))
+        return Generator(out[0])
+
+    def default_generator(self, device: int = 0) -> Generator:
+        """A new handle to `device`'s default generator."""
+        out = ffi.new("ttpu_generator_t**")
+        check(lib.ttpu_runtime_default_generator(self.handle, device, out))
+        return Generator(out[0])
 
     def clear_cache(self) -> None:
         check(lib.ttpu_runtime_clear_cache(self.handle))
@@ -384,7 +447,7 @@ class Runtime(_Owned):
         check(lib.ttpu_runtime_reset_peak_memory(self.handle, device))
 
     def rng_state(self, device: int = 0) -> tuple[int, int]:
-        """(seed, random ops drawn since seeding) of a device's generator."""
+        """(seed, random ops drawn since seeding) of a device's default generator."""
         seed, calls = ffi.new("uint64_t*"), ffi.new("uint64_t*")
         check(lib.ttpu_runtime_rng_state(self.handle, device, seed, calls))
         return int(seed[0]), int(calls[0])
@@ -500,6 +563,8 @@ def _to_value(a: Any, v, keep: list) -> None:
             v.kind, v.d = K.TTPU_VALUE_KIND_SCALAR_DOUBLE, float(x)
     elif isinstance(a, DType):
         v.kind, v.i = K.TTPU_VALUE_KIND_DTYPE, a.code
+    elif isinstance(a, Generator):
+        v.kind, v.ptr = K.TTPU_VALUE_KIND_GENERATOR, a.handle
     elif isinstance(a, bool):
         v.kind, v.i = K.TTPU_VALUE_KIND_BOOL, int(a)
     elif isinstance(a, (int, np.integer)):

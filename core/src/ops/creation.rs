@@ -1,7 +1,9 @@
 //! Factory ops (`full`, `zeros`, `arange`, `eye`, `linspace`, the `_like`
-//! forms), fills, and random sampling from the device's counter-based
-//! generator (`rand`, `randn`, `randint`, `randperm`, `uniform_`, `normal_`,
-//! `bernoulli`).
+//! forms), fills, and random sampling from a counter-based generator, the
+//! device's default or the call's `generator` argument (`rand`, `randn`,
+//! `randint`, `randperm`, `uniform_`, `normal_`, `bernoulli`, and the
+//! `.generator` overloads of the factories). Lowerings never see the
+//! generator: they ask for a draw ([`Cx::rng_state`]) and the runtime feeds it.
 //!
 //! Factory ops have no tensor inputs; their `device` argument is handled by
 //! the runtime. Fill values are runtime scalars, so a new value never
@@ -462,33 +464,54 @@ fn randperm(cx: &mut Cx, n: i64, dtype: Option<DType>) -> Result<V> {
     Ok(cx.f.convert(perm, d))
 }
 
+/// The overloads of a factory op: the plain one, and the one with a
+/// `Generator? generator` before the factory arguments (`aten::rand.generator`),
+/// with the number of arguments that shifts them by (0 or 1).
+fn with_generator(name: &str, overload: &str, args: &str, tail: &str) -> [(String, usize); 2] {
+    let dot = |o: &str| if o.is_empty() { String::new() } else { format!(".{o}") };
+    let gen = if overload.is_empty() { "generator".to_string() } else { format!("{overload}_generator") };
+    [
+        (format!("aten::{name}{}({args}, *, {FACTORY}{tail}) -> Tensor", dot(overload)), 0),
+        (format!("aten::{name}.{gen}({args}, *, Generator? generator, {FACTORY}{tail}) -> Tensor"), 1),
+    ]
+}
+
 fn register_random(r: &mut Builder) {
+    const LIKE: &str = ", MemoryFormat? memory_format=None";
     // native_functions.yaml spells the default `dtype=long`; None means the same here.
-    r.op(&format!("aten::randperm(SymInt n, *, {FACTORY}) -> Tensor"), |cx, a| {
-        Ok(vec![randperm(cx, a.int(0)?, a.opt_dtype(1))?])
-    });
-    r.op(&format!("aten::rand(SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
-        let size = a.ints(0)?;
-        check_size(cx, size)?;
-        Ok(vec![uniform(cx, size, a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT), 0.0, 1.0)?])
-    });
-    r.op(&format!("aten::randn(SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
-        let size = a.ints(0)?;
-        check_size(cx, size)?;
-        Ok(vec![normal(cx, size, a.opt_dtype(1).unwrap_or(DType::DEFAULT_FLOAT), 0.0, 1.0)?])
-    });
-    let like = |cx: &mut Cx, a: &Args| -> Result<(Vec<i64>, DType)> {
+    for (decl, g) in with_generator("randperm", "", "SymInt n", "") {
+        r.op(&decl, move |cx, a| Ok(vec![randperm(cx, a.int(0)?, a.opt_dtype(1 + g))?]));
+    }
+    for (decl, g) in with_generator("rand", "", "SymInt[] size", "") {
+        r.op(&decl, move |cx, a| {
+            let size = a.ints(0)?;
+            check_size(cx, size)?;
+            Ok(vec![uniform(cx, size, a.opt_dtype(1 + g).unwrap_or(DType::DEFAULT_FLOAT), 0.0, 1.0)?])
+        });
+    }
+    for (decl, g) in with_generator("randn", "", "SymInt[] size", "") {
+        r.op(&decl, move |cx, a| {
+            let size = a.ints(0)?;
+            check_size(cx, size)?;
+            Ok(vec![normal(cx, size, a.opt_dtype(1 + g).unwrap_or(DType::DEFAULT_FLOAT), 0.0, 1.0)?])
+        });
+    }
+    let like = |cx: &mut Cx, a: &Args, g: usize| -> Result<(Vec<i64>, DType)> {
         let x = a.tensor(0)?;
-        Ok((cx.dims(x), a.opt_dtype(1).unwrap_or(cx.dtype(x))))
+        Ok((cx.dims(x), a.opt_dtype(1 + g).unwrap_or(cx.dtype(x))))
     };
-    r.op(&format!("aten::rand_like(Tensor self, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"), move |cx, a| {
-        let (dims, d) = like(cx, a)?;
-        Ok(vec![uniform(cx, &dims, d, 0.0, 1.0)?])
-    });
-    r.op(&format!("aten::randn_like(Tensor self, *, {FACTORY}, MemoryFormat? memory_format=None) -> Tensor"), move |cx, a| {
-        let (dims, d) = like(cx, a)?;
-        Ok(vec![normal(cx, &dims, d, 0.0, 1.0)?])
-    });
+    for (decl, g) in with_generator("rand_like", "", "Tensor self", LIKE) {
+        r.op(&decl, move |cx, a| {
+            let (dims, d) = like(cx, a, g)?;
+            Ok(vec![uniform(cx, &dims, d, 0.0, 1.0)?])
+        });
+    }
+    for (decl, g) in with_generator("randn_like", "", "Tensor self", LIKE) {
+        r.op(&decl, move |cx, a| {
+            let (dims, d) = like(cx, a, g)?;
+            Ok(vec![normal(cx, &dims, d, 0.0, 1.0)?])
+        });
+    }
     r.op("aten::uniform_(Tensor(a!) self, float from=0, float to=1, *, Generator? generator=None) -> Tensor(a!)", |cx, a| {
         let x = a.tensor(0)?;
         let (dims, d) = (cx.dims(x), cx.dtype(x));
@@ -529,10 +552,10 @@ fn register_random(r: &mut Builder) {
         Ok(vec![bernoulli(cx, p, d)])
     });
     // native_functions.yaml spells the default `dtype=long`; None means the same here.
-    r.op(&format!("aten::randint(SymInt high, SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
-        Ok(vec![randint(cx, 0, a.int(0)?, a.ints(1)?, a.opt_dtype(2))?])
-    });
-    r.op(&format!("aten::randint.low(SymInt low, SymInt high, SymInt[] size, *, {FACTORY}) -> Tensor"), |cx, a| {
-        Ok(vec![randint(cx, a.int(0)?, a.int(1)?, a.ints(2)?, a.opt_dtype(3))?])
-    });
+    for (decl, g) in with_generator("randint", "", "SymInt high, SymInt[] size", "") {
+        r.op(&decl, move |cx, a| Ok(vec![randint(cx, 0, a.int(0)?, a.ints(1)?, a.opt_dtype(2 + g))?]));
+    }
+    for (decl, g) in with_generator("randint", "low", "SymInt low, SymInt high, SymInt[] size", "") {
+        r.op(&decl, move |cx, a| Ok(vec![randint(cx, a.int(0)?, a.int(1)?, a.ints(2)?, a.opt_dtype(3 + g))?]));
+    }
 }

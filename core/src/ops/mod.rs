@@ -10,6 +10,7 @@
 //! Lowerings only print StableHLO. Compiling and executing belong to
 //! [`crate::runtime`].
 
+mod amp;
 pub mod common;
 mod copy;
 mod creation;
@@ -73,7 +74,8 @@ pub enum ParamSrc {
     Offset(usize),
     /// Scalar argument `arg`, converted to `elem`.
     Scalar { arg: usize, elem: Elem },
-    /// A fresh `tensor<2xui64>` RNG state from the device's generator.
+    /// A fresh `tensor<2xui64>` RNG state from the call's generator (its
+    /// `generator` argument, else the device default).
     Rng,
 }
 
@@ -587,6 +589,7 @@ impl Registry {
         sort::register(&mut b);
         nn::register(&mut b);
         optim::register(&mut b);
+        amp::register(&mut b);
         spatial::register(&mut b);
         special::register(&mut b);
         copy::register(&mut b);

@@ -706,16 +706,17 @@ fn register_pooling(r: &mut Builder) {
             // A 2-d pooling over a height of one, as PyTorch composes it.
             let x = a.tensor(0)?;
             let dims = cx.dims(x);
-            let one = |cx: &Cx, name: &str, v: &[i64]| -> Result<Vec<i64>> {
+            // Only stride may be empty (it defaults to the kernel size).
+            let one = |cx: &Cx, name: &str, v: &[i64], empty_ok: bool| -> Result<Vec<i64>> {
                 match v {
-                    [] => Ok(vec![]),
+                    [] if empty_ok => Ok(vec![]),
                     [k] => Ok(vec![1, *k]),
-                    _ => bail_op!(&*cx.op, "{name} must be a single int, but got {}", fmt(v)),
+                    _ => bail_op!(&*cx.op, "avg_pool1d() argument '{name}' should contain one int (got {})", v.len()),
                 }
             };
-            let k = one(cx, "kernel_size", a.ints(1)?)?;
-            let s = one(cx, "stride", a.ints(2)?)?;
-            let mut p = one(cx, "padding", a.ints(3)?)?;
+            let k = one(cx, "kernel_size", a.ints(1)?, false)?;
+            let s = one(cx, "stride", a.ints(2)?, true)?;
+            let mut p = one(cx, "padding", a.ints(3)?, false)?;
             p[0] = 0;
             if !(dims.len() == 2 || dims.len() == 3) {
                 bail_op!(&*cx.op, "Expected 2D or 3D (batch mode) tensor for input, but got: {}", fmt(&dims));

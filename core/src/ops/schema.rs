@@ -324,6 +324,7 @@ impl Schema {
             },
             (ArgType::Layout | ArgType::MemoryFormat, Value::Int(x)) => Value::Int(x),
             (ArgType::Device, v @ (Value::Int(_) | Value::Str(_))) => v,
+            (ArgType::Generator, v @ Value::Generator(_)) => v,
             (_, v) => return Err(mismatch(&v)),
         })
     }

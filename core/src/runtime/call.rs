@@ -57,6 +57,9 @@ impl Arg {
             Value::Tensor(_) => Arg::Tensor,
             Value::TensorList(ts) => Arg::Tensors(ts.len()),
             Value::OptTensorList(ts) => Arg::OptTensors(ts.iter().map(Option::is_some).collect()),
+            // The lowering never sees a generator (the runtime draws from
+            // it), and a recorded call must not keep it alive.
+            Value::Generator(_) => Arg::Other(Value::None),
             other => Arg::Other(other.clone()),
         }
     }
@@ -119,8 +122,8 @@ impl Flat {
 }
 
 /// The cache key of a call. Everything that changes the program is in it
-/// (index checks on or off included); offsets and runtime scalar values are
-/// not.
+/// (index checks on or off included); offsets, runtime scalar values and
+/// generators are not.
 pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat, index_checks: bool) -> String {
     let mut k = String::with_capacity(64 + 48 * flat.tensors.len());
     let _ = write!(k, "{id}");
@@ -151,6 +154,9 @@ pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat, in
             Value::Scalar(s) => {
                 let _ = write!(k, "s{:?}", s.kind());
             }
+            // The program is the same whichever generator a call draws from
+            // (or none, the device default): the draw is a runtime argument.
+            Value::Generator(_) => k.push_str("None"),
             other => {
                 let _ = write!(k, "{other:?}");
             }
@@ -271,9 +277,13 @@ pub(crate) fn lower_call(
         }
     } else {
         // The returns, then the new values of mutated arguments that no
-        // return aliases (batch norm's running statistics).
+        // return aliases (batch norm's running statistics). One `Tensor[]`
+        // return among others (the functional AMP unscale's `self_out`)
+        // takes as many values as the other returns and writes leave.
         let extra = mutated_tensors(args, first_of_arg, &schema.unreturned_mutated_args());
-        if outs.len() != schema.returns.len() + extra.len() {
+        let list_at = schema.returns.iter().position(|r| r == "Tensor[]");
+        let fixed = schema.returns.len() - usize::from(list_at.is_some()) + extra.len();
+        if outs.len() < fixed || (list_at.is_none() && outs.len() != fixed) {
             return Err(Error::Internal(format!(
                 "{op}: lowering gave {} values for {} returns and {} mutated tensors",
                 outs.len(),
@@ -281,8 +291,20 @@ pub(crate) fn lower_call(
                 extra.len()
             )));
         }
-        let (ret_vals, extra_vals) = outs.split_at(schema.returns.len());
-        for (r, &v) in ret_vals.iter().enumerate() {
+        let list_len = outs.len() - fixed;
+        let (ret_vals, extra_vals) = outs.split_at(outs.len() - extra.len());
+        let mut ret_vals = ret_vals.iter().copied();
+        for r in 0..schema.returns.len() {
+            if Some(r) == list_at {
+                let ids = ret_vals
+                    .by_ref()
+                    .take(list_len)
+                    .map(|v| new_output(cx, v, &mut outputs, &mut specs))
+                    .collect::<Result<_>>()?;
+                returns.push(Ret::List(ids));
+                continue;
+            }
+            let v = ret_vals.next().expect("counted above");
             match schema.return_alias[r] {
                 Some(arg) if schema.args[arg].mutable => {
                     write(cx, first_of_arg[arg], v)?;

@@ -179,7 +179,7 @@ impl Runtime {
                     other => return Err(Error::Internal(format!("{op}: argument {arg} is {}, not a scalar", other.type_name()))),
                 },
                 ParamSrc::Rng => {
-                    let state = self.generators[device].lock().next_state();
+                    let state = self.generator_for(bound, device).next_state();
                     let bytes: Vec<u8> = state.iter().flat_map(|w| w.to_le_bytes()).collect();
                     Arc::new(self.client.buffer_from_host(&bytes, Elem::U64.element_type(), &[2], device)?)
                 }

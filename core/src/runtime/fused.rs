@@ -145,7 +145,7 @@ impl Runtime {
         } else {
             bound.iter().enumerate().filter_map(|(i, v)| if let Value::Scalar(s) = v { Some((i as u32, *s)) } else { None }).collect()
         };
-        let rng: Vec<[u64; 2]> = (0..inf.rng_params).map(|_| self.generators[device].lock().next_state()).collect();
+        let rng: Vec<[u64; 2]> = (0..inf.rng_params).map(|_| self.generator_for(bound, device).next_state()).collect();
         let node = Node {
             op: id as u32,
             key: rec.alloc_str(key),

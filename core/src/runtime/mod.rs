@@ -63,7 +63,8 @@ pub struct Runtime {
     plugin: PathBuf,
     cache: Mutex<HashMap<String, Arc<Compiled>>>,
     stats: Stats,
-    generators: Vec<Mutex<Generator>>,
+    /// Each device's default generator.
+    generators: Vec<Generator>,
     scalars: Mutex<HashMap<(usize, Elem, u64), Arc<Buffer>>>,
     // --- fused mode ---
     /// Each device's pending graph.
@@ -119,7 +120,7 @@ impl Runtime {
             tracing::info!(node_id = d.node_id, num_nodes = d.num_nodes, "creating a client that spans processes");
         }
         let client = Client::create_with_store(api, &create, store)?;
-        let generators = (0..client.device_count()).map(|_| Mutex::new(Generator::default())).collect();
+        let generators = (0..client.device_count()).map(|d| Generator::new(d, rng::DEFAULT_SEED)).collect();
         let recordings: Vec<Mutex<Recording>> = (0..client.device_count()).map(|d| Mutex::new(Recording::new(d as u64, d))).collect();
         let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);
         let streams = Streams::new(client.device_count());
@@ -266,31 +267,49 @@ impl Runtime {
         self.recordings.get(device).map_or(0, |r| r.lock().len())
     }
 
-    /// Seeds the generator of every device, as `torch.manual_seed` does.
+    /// Seeds the default generator of every device, as `torch.manual_seed`
+    /// does (generators created with [`Runtime::new_generator`] keep theirs).
     pub fn manual_seed(&self, seed: u64) {
         for g in &self.generators {
-            g.lock().manual_seed(seed);
+            g.manual_seed(seed);
         }
     }
 
     pub fn seed(&self, device: usize) -> Result<u64> {
-        let d = self.device(device as i64)?;
-        Ok(self.generators[d].lock().seed())
+        Ok(self.default_generator(device)?.initial_seed())
     }
 
-    /// A device generator's whole state `(seed, calls)`, for
+    /// A device's default generator's whole state `(seed, calls)`, for
     /// `torch.tpu.get_rng_state`.
     pub fn rng_state(&self, device: usize) -> Result<(u64, u64)> {
-        let d = self.device(device as i64)?;
-        Ok(self.generators[d].lock().state())
+        Ok(self.default_generator(device)?.state())
     }
 
     /// Restores a state returned by `rng_state`: the random ops that follow
     /// repeat the ones that followed it.
     pub fn set_rng_state(&self, device: usize, seed: u64, calls: u64) -> Result<()> {
-        let d = self.device(device as i64)?;
-        self.generators[d].lock().set_state(seed, calls);
+        self.default_generator(device)?.set_state(seed, calls);
         Ok(())
+    }
+
+    /// A handle to `device`'s default generator (`torch.tpu.default_generators[device]`):
+    /// random ops without a `generator` argument draw from it.
+    pub fn default_generator(&self, device: usize) -> Result<Generator> {
+        let d = self.device(device as i64)?;
+        Ok(self.generators[d].clone())
+    }
+
+    /// A new generator for `device` seeded with `seed`, independent of the
+    /// device's default (`torch.Generator(device="tpu:N").manual_seed(seed)`).
+    pub fn new_generator(&self, device: usize, seed: u64) -> Result<Generator> {
+        let d = self.device(device as i64)?;
+        Ok(Generator::new(d, seed))
+    }
+
+    /// The generator a call on `device` draws from: its `generator`
+    /// argument when one is given, else the device's default.
+    fn generator_for<'a>(&'a self, bound: &'a [Value], device: usize) -> &'a Generator {
+        bound.iter().find_map(|v| if let Value::Generator(g) = v { Some(g) } else { None }).unwrap_or(&self.generators[device])
     }
 
     // ------------------------------------------------------------ transfers

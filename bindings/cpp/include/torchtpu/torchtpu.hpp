@@ -1,8 +1,8 @@
 // torchtpu C++ API: a header-only C++17 wrapper over the C ABI in <torchtpu.h>.
 //
 // Ownership, in one place:
-// - `Runtime`, `Tensor`, `Stream` and `Event` are move-only owners of one C
-//   handle each. The destructor calls the matching `ttpu_*_destroy`; a
+// - `Runtime`, `Tensor`, `Stream`, `Event` and `Generator` are move-only
+//   owners of one C handle each. The destructor calls the matching `ttpu_*_destroy`; a
 //   moved-from owner is empty (`capi() == nullptr`, `operator bool` false)
 //   and its destructor does nothing. `capi()` borrows the handle; `release()`
 //   gives it up (the caller then owns it and must destroy it).
@@ -12,8 +12,10 @@
 //   owning it. Destroying a tensor after its runtime is fine (the C ABI keeps
 //   its memory alive), but calling ops or `to_host` on it needs the
 //   `Runtime` to be alive.
-// - `Arg` borrows the tensors it names (they must outlive the call) and
-//   copies strings and int lists.
+// - A `Generator` does not borrow its runtime. Like a `Stream`, several
+//   handles may name one generator (`Generator::default_for` twice).
+// - `Arg` borrows the tensors and generators it names (they must outlive
+//   the call) and copies strings and int lists.
 //
 // Errors: every fallible call throws `torchtpu::Error`, which carries the C
 // ABI's status code (`ttpu_code`) and message. Using an empty (moved-from)
@@ -634,7 +636,8 @@ class Runtime {
   void reset_peak_memory(int64_t index = 0) const {
     detail::check(ttpu_runtime_reset_peak_memory(handle("reset_peak_memory"), index));
   }
-  /// Device `index`'s random generator state: (seed, random ops drawn since).
+  /// Device `index`'s default random generator state: (seed, random ops
+  /// drawn since). `Generator::default_for` gives a handle to it.
   std::pair<uint64_t, uint64_t> rng_state(int64_t index = 0) const {
     uint64_t seed = 0;
     uint64_t calls = 0;
@@ -736,6 +739,75 @@ class StreamGuard {
   Stream prev_;
 };
 
+// --------------------------------------------------------------- generator
+
+/// An owned generator handle: the random generator of one device that a
+/// random op draws from when it is passed as the op's `generator` argument
+/// (`Arg(const Generator&)`), as a `torch.Generator` is. Several handles may
+/// name the same generator (`default_for` twice): draws through either
+/// advance it. Move-only; the destructor calls `ttpu_generator_destroy`,
+/// which frees this handle only. Thread-safe.
+class Generator {
+ public:
+  Generator() noexcept = default;
+  /// Takes ownership of `owned`.
+  explicit Generator(ttpu_generator_t* owned) noexcept : h_(owned) {}
+
+  /// A new generator for device `device` of `rt`, seeded with `seed` and
+  /// independent of the device's default (`torch.Generator("tpu:N")`).
+  static Generator create(const Runtime& rt, int64_t device, uint64_t seed) {
+    ttpu_generator_t* out = nullptr;
+    detail::check(ttpu_generator_create(rt.capi(), device, seed, &out));
+    return Generator(out);
+  }
+  /// A new handle to device `device`'s default generator: the one ops draw
+  /// from without a generator, and that `Runtime::manual_seed`,
+  /// `rng_state` and `set_rng_state` act on (`torch.tpu.default_generators[N]`).
+  static Generator default_for(const Runtime& rt, int64_t device = 0) {
+    ttpu_generator_t* out = nullptr;
+    detail::check(ttpu_runtime_default_generator(rt.capi(), device, &out));
+    return Generator(out);
+  }
+
+  ttpu_generator_t* capi() const noexcept { return h_.get(); }
+  ttpu_generator_t* release() noexcept { return h_.release(); }
+  explicit operator bool() const noexcept { return h_.get() != nullptr; }
+
+  /// The device index, or -1 when empty.
+  int64_t device() const noexcept { return ttpu_generator_device(h_.get()); }
+  /// Seeds the generator and restarts its draws.
+  void manual_seed(uint64_t seed) {
+    detail::check(ttpu_generator_manual_seed(handle("Generator::manual_seed"), seed));
+  }
+  /// The whole state: (seed last set, random draws since).
+  std::pair<uint64_t, uint64_t> state() const {
+    uint64_t seed = 0;
+    uint64_t calls = 0;
+    detail::check(ttpu_generator_state(handle("Generator::state"), &seed, &calls));
+    return {seed, calls};
+  }
+  /// The seed last set (`torch.Generator.initial_seed`).
+  uint64_t initial_seed() const { return state().first; }
+  /// Restores a state read with `state()`: the draws that follow repeat.
+  void set_state(uint64_t seed, uint64_t calls) {
+    detail::check(ttpu_generator_set_state(handle("Generator::set_state"), seed, calls));
+  }
+  void set_state(const std::pair<uint64_t, uint64_t>& s) { set_state(s.first, s.second); }
+  /// A new, independent generator starting from a copy of this one's state.
+  Generator clone_state() const {
+    ttpu_generator_t* out = nullptr;
+    detail::check(ttpu_generator_clone_state(handle("Generator::clone_state"), &out));
+    return Generator(out);
+  }
+
+ private:
+  const ttpu_generator_t* handle(const char* what) const {
+    if (h_.get() == nullptr) detail::empty_handle(what);
+    return h_.get();
+  }
+  detail::Owned<ttpu_generator_t, ttpu_generator_destroy> h_;
+};
+
 // ---------------------------------------------------------------- op calls
 
 /// A Python scalar passed as a runtime argument of kind Scalar (a changed
@@ -770,7 +842,8 @@ class Scalar {
 /// - integers → INT, `bool` → BOOL, `float`/`double` → DOUBLE;
 /// - `std::string` / `const char*` / `std::string_view` → STRING (copied);
 /// - `std::vector<int64_t>` → INT_LIST (copied);
-/// - `Scalar` → SCALAR_*; `DType` → DTYPE.
+/// - `Scalar` → SCALAR_*; `DType` → DTYPE;
+/// - `const Generator&` → GENERATOR (borrowed; it must outlive the call).
 class Arg {
  public:
   Arg(const Tensor& t) : kind_(TTPU_VALUE_KIND_TENSOR), ptr_(t.capi()) {  // NOLINT
@@ -801,6 +874,9 @@ class Arg {
   Arg(std::vector<int64_t> ints) : kind_(TTPU_VALUE_KIND_INT_LIST), ints_(std::move(ints)) {}  // NOLINT
   Arg(const Scalar& s) noexcept : scalar_(s.value()) {}  // NOLINT
   Arg(DType d) noexcept : kind_(TTPU_VALUE_KIND_DTYPE), i_(static_cast<int64_t>(d)) {}  // NOLINT
+  Arg(const Generator& g) : kind_(TTPU_VALUE_KIND_GENERATOR), ptr_(g.capi()) {  // NOLINT
+    if (ptr_ == nullptr) detail::empty_handle("call: generator argument");
+  }
   /// A pointer (other than `const char*`) is not an argument: without this,
   /// it would silently convert to bool.
   template <class T>
@@ -816,6 +892,7 @@ class Arg {
     switch (kind_) {
       case TTPU_VALUE_KIND_TENSOR:
       case TTPU_VALUE_KIND_OPTIONAL_TENSOR:
+      case TTPU_VALUE_KIND_GENERATOR:
         v.ptr = ptr_;
         break;
       case TTPU_VALUE_KIND_TENSOR_LIST:
