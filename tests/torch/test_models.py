@@ -12,6 +12,7 @@ test_bf16_variant_on_cpu runs its code path on the CPU alone meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from dataclasses import dataclass, field
@@ -113,6 +114,15 @@ def _llama():
     return transformers.LlamaForCausalLM(cfg)
 
 
+def _gpt_neox():
+    cfg = transformers.GPTNeoXConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=32,
+        hidden_dropout=0.0, attention_dropout=0.0, tie_word_embeddings=False,
+    )
+    return transformers.GPTNeoXForCausalLM(cfg)
+
+
 # --- torchvision ----------------------------------------------------------------
 
 def _image(g: torch.Generator) -> dict:
@@ -139,6 +149,8 @@ CASES: dict[str, Case] = {
     "bert": Case(_bert, _bert_inputs, _bert_step),
     # RMSNorm, rotary embeddings, SiLU gating, grouped-query attention.
     "llama": Case(_llama, _ids, _causal_lm),
+    # Parallel attention and MLP residuals, partial rotary embeddings (a quarter of each head), fused QKV.
+    "gpt_neox": Case(_gpt_neox, _ids, _causal_lm),
     # BatchNorm (train mode), max pooling, residual blocks.
     "resnet18": _vision(lambda: torchvision.models.resnet18(weights=None, num_classes=CLASSES)),
     # Depthwise convolutions, hardswish, squeeze-excitation (hardsigmoid).
@@ -174,8 +186,8 @@ def _run(name: str, model: torch.nn.Module, device: str, run: str, precision: st
     inputs = {k: v.to(device) for k, v in case.inputs(torch.Generator().manual_seed(1)).items()}
     fwd = torch.compile(model, backend="tpu") if run == "compile" else model
     mode = "DEFER_NEVER" if run == "compile" else run
-    with torch.tpu.set_eager_mode(mode) if device == "tpu" else _nothing():
-        with torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else _nothing():
+    with torch.tpu.set_eager_mode(mode) if device == "tpu" else contextlib.nullcontext():
+        with torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext():
             loss, outputs = case.step(fwd, inputs)
         loss.backward()
     named = dict(model.named_parameters(remove_duplicate=False))
@@ -185,14 +197,6 @@ def _run(name: str, model: torch.nn.Module, device: str, run: str, precision: st
         "grads": {k: None if p.grad is None else p.grad.cpu() for k, p in named.items()},
         "buffers": {k: b.cpu() for k, b in model.named_buffers()},
     }
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 _CPU: dict[tuple[str, str], dict] = {}
