@@ -2,7 +2,8 @@
 # Idempotent setup for a fresh machine: Debian build dependencies (libclang
 # for bindgen; clang's sanitizer runtime, cmake and valgrind for the C and C++
 # tests), the Rust wasm target, the project-local .venv (PJRT CPU plugin,
-# torch, numpy, cffi, pytest, ninja, expecttest), the pinned cbindgen, a
+# torch, numpy, cffi, pytest, ninja, expecttest; transformers and torchvision
+# for the model parity tests), the pinned cbindgen, a
 # release build of the runtime, the example WebAssembly plugins (into
 # target/plugins), and the PyTorch package `torchtpu` (the native
 # backend extension), installed editable into .venv.
@@ -17,6 +18,14 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 CBINDGEN_VERSION=0.29.0
 PY_PACKAGES=(xla-cpu-pjrt numpy cffi pytest ninja expecttest)
 TORCH_SPEC="torch"
+# The model parity tests (tests/torch/test_models.py) build Hugging Face
+# transformers and torchvision models from configs (no downloads).
+# transformers (and pillow, which `import torchvision` needs) come with their
+# dependencies, none of which is torch; torchvision comes with --no-deps, so
+# its torch requirement can never replace the torch above. torchvision 0.29.2
+# (built for torch 2.14) is the newest release and works with torch 2.15.
+MODEL_PACKAGES=(transformers==5.25.0 pillow)
+TORCHVISION_SPEC="torchvision==0.29.2"
 
 # --- Debian build dependencies ----------------------------------------------
 need_apt=()
@@ -44,13 +53,21 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 STAMP=.venv/.torchtpu-setup
-WANT="packages=${PY_PACKAGES[*]} ${TORCH_SPEC}"
+WANT="packages=${PY_PACKAGES[*]} ${TORCH_SPEC} models=${MODEL_PACKAGES[*]} ${TORCHVISION_SPEC}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     log "installing Python packages into .venv (torch is large; this takes a few minutes once)"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
     # The CPU wheel is all the tests need (torch is the oracle).
     .venv/bin/python -m pip install -q "$TORCH_SPEC"
+    torch_version() { .venv/bin/python -m pip show torch 2>/dev/null | sed -n 's/^Version: //p'; }
+    before=$(torch_version)
+    .venv/bin/python -m pip install -q "${MODEL_PACKAGES[@]}"
+    .venv/bin/python -m pip install -q --no-deps "$TORCHVISION_SPEC"
+    if [ "$(torch_version)" != "$before" ]; then
+        log "installing the model test packages changed torch ($before -> $(torch_version))"
+        exit 1
+    fi
     echo "$WANT" > "$STAMP"
 fi
 
