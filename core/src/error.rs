@@ -112,7 +112,7 @@ pub enum Error {
     #[error("{op}: dtype {dtype} is not supported{detail}")]
     UnsupportedDType { op: String, dtype: String, detail: String },
 
-    #[error("device index {index} is out of range: the {platform} client has {count} device(s) (valid: 0..{count})")]
+    #[error("device index {index} is out of range: the {platform} client has {count} device(s){}", valid_devices(.count))]
     DeviceOutOfRange { index: i64, count: usize, platform: String },
 
     #[error("invalid argument: {0}")]
@@ -152,6 +152,16 @@ pub enum Error {
     /// An error from the device while running `op` (keeps the inner code).
     #[error("{op}: {source}")]
     InOp { op: String, source: Box<Error> },
+}
+
+/// The valid device indices of a client with `count` devices, as a message
+/// tail: " (valid: 0 to 3)", " (valid: 0)", or " (none is valid)".
+fn valid_devices(count: &usize) -> String {
+    match *count {
+        0 => " (none is valid)".to_string(),
+        1 => " (valid: 0)".to_string(),
+        n => format!(" (valid: 0 to {})", n - 1),
+    }
 }
 
 impl Error {

@@ -109,24 +109,23 @@ def index_check_ms(gpt, mode: str, steps: int, rounds: int = 4) -> tuple[float, 
     cross_entropy's targets) on and off: one model, `rounds` rounds of steps
     in each setting, interleaved, after both are warm, so drift on a shared
     machine hits both alike."""
-    rt = torch.tpu._runtime()
-    was = rt.index_checks()
+    was = torch.tpu.index_checks_enabled()
     per_round = max(1, steps // rounds)
     ctx = torch.tpu.set_eager_mode(mode)
     times: dict[bool, list[float]] = {True: [], False: []}
     try:
         train = gpt_trainer(gpt, "tpu", False, 6 + 2 * rounds * per_round)
         for on in (True, False):  # compiles each setting's programs
-            rt.set_index_checks(on)
+            torch.tpu.set_index_checks(on)
             train(3)
         for r in range(rounds):
             # Alternate which setting goes first, so neither always follows
             # the other.
             for on in ((True, False) if r % 2 == 0 else (False, True)):
-                rt.set_index_checks(on)
+                torch.tpu.set_index_checks(on)
                 times[on] += train(per_round)
     finally:
-        rt.set_index_checks(was)
+        torch.tpu.set_index_checks(was)
         ctx.__exit__(None, None, None)
     return statistics.median(times[True]), statistics.median(times[False])
 

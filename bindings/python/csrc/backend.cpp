@@ -6,6 +6,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -401,6 +402,59 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
+// ------------------------------------------------------------ pinned memory
+
+// Host memory for `pin_memory=True` and `Tensor.pin_memory()`. The runtime's
+// transfers need no page-locked memory (PJRT copies from any host buffer),
+// so this is ordinary CPU memory; it is tracked so that `is_pinned()` is
+// true exactly for it, as on CUDA: DataLoader(pin_memory=True) and code
+// that checks `is_pinned()` take the same paths as there.
+class PinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* p = c10::alloc_cpu(nbytes);
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> lock(mu());
+      blocks().emplace(reinterpret_cast<uintptr_t>(p), nbytes);
+    }
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  // Whether `ptr` lies in a live pinned block.
+  static bool contains(const void* ptr) {
+    const auto p = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mu());
+    auto it = blocks().upper_bound(p);
+    if (it == blocks().begin()) return false;
+    --it;
+    return p - it->first < std::max<size_t>(it->second, 1);
+  }
+
+ private:
+  static void release(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      blocks().erase(reinterpret_cast<uintptr_t>(p));
+    }
+    c10::free_cpu(p);
+  }
+  // Leaked on purpose: tensors may be freed during static destruction.
+  static std::mutex& mu() {
+    static auto* m = new std::mutex();
+    return *m;
+  }
+  static std::map<uintptr_t, size_t>& blocks() {
+    static auto* b = new std::map<uintptr_t, size_t>();
+    return *b;
+  }
+};
+
+PinnedAllocator the_pinned_allocator;
+
 // -------------------------------------------------------------------- hooks
 
 struct TpuHooks final : at::PrivateUse1HooksInterface {
@@ -411,8 +465,12 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
   void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
   c10::Device getDeviceFromPtr(void*) const override { return c10::Device(c10::DeviceType::PrivateUse1, current_device()); }
-  // Host memory needs no pinning for the runtime's transfers.
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
+    return default_generator(device);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override { return new_generator(device); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &the_pinned_allocator; }
+  bool isPinnedPtr(const void* data) const override { return PinnedAllocator::contains(data); }
   // `untyped_storage().resize_(n)`, as FSDP2 frees an unsharded parameter
   // (to 0 bytes) and allocates it again before its all-gather writes it.
   // Contents are kept only where there are none to keep: a storage never

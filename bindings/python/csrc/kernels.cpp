@@ -136,11 +136,8 @@ struct Call {
                   ", not a tpu device");
       return Arg(static_cast<int64_t>(tpu_index(v.toDevice())));
     }
-    if (v.isGenerator()) {
-      // Passing one explicitly would otherwise be ignored without a word.
-      TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": explicit generators are not supported on TPU; tpu ops draw from "
-                                  "the device generator (seed it with torch.manual_seed or torch.tpu.manual_seed)");
-    }
+    // The IValue keeps the generator alive until the call returns.
+    if (v.isGenerator()) return Arg(runtime_generator(v.toGenerator(), name));
     if (v.isComplexDouble()) TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": complex numbers are not supported on TPU");
     TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' of type ", a.type()->str(),
                                 " cannot be passed to the TPU runtime");
@@ -289,33 +286,40 @@ void run_functional(const c10::FunctionSchema& schema, const c10::OperatorHandle
   }
 }
 
-// Boolean (and uint8) masks among `Tensor?[]` indices become the long
-// indices of their nonzero elements, as PyTorch's own indexing does: device
-// programs cannot have the data-dependent shapes masks give.
-void expand_masks(std::vector<c10::IValue>& args) {
+// The `Tensor?[]` indices of an indexing op, as the runtime takes them.
+// Boolean (and uint8) masks become the long indices of their nonzero
+// elements, as PyTorch's own indexing does: device programs cannot have the
+// data-dependent shapes masks give. CPU index tensors are uploaded to the
+// device of `self`, as CUDA accepts them (`x[torch.tensor([1, 2])]`).
+void prepare_indices(std::vector<c10::IValue>& args) {
+  if (args.empty() || !args[0].isTensor()) return;
+  const c10::Device device = args[0].toTensor().device();
   for (c10::IValue& v : args) {
     if (!v.isList()) continue;
     bool any = false;
     for (const c10::IValue& e : v.toListRef()) {
-      any = any || (e.isTensor() && e.toTensor().defined() &&
-                    (e.toTensor().scalar_type() == at::kBool || e.toTensor().scalar_type() == at::kByte));
+      const at::Tensor t = e.isTensor() ? e.toTensor() : at::Tensor();
+      any = any || (t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte ||
+                                    t.is_cpu()));
     }
     if (!any) continue;
     c10::List<std::optional<at::Tensor>> out;
     for (const c10::IValue& e : v.toListRef()) {
       const at::Tensor t = e.isTensor() ? e.toTensor() : at::Tensor();
-      if (t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
-        const at::Tensor nz = at::nonzero(t);
+      if (!t.defined()) {
+        out.push_back(std::nullopt);
+      } else if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) {
+        const at::Tensor nz = at::nonzero(t).to(device);
         for (int64_t j = 0; j < t.dim(); ++j) out.push_back(nz.select(1, j));
       } else {
-        out.push_back(t.defined() ? std::optional<at::Tensor>(t) : std::nullopt);
+        out.push_back(t.is_cpu() ? t.to(device) : t);
       }
     }
     v = c10::IValue(out);
   }
 }
 
-bool takes_masks(const std::string& name) {
+bool takes_indices(const std::string& name) {
   return name == "aten::index.Tensor" || name == "aten::index_put" || name == "aten::index_put_" ||
          name == "aten::_index_put_impl_";
 }
@@ -327,7 +331,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (ttpu_op_exists(name.c_str())) {
     std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
-    if (takes_masks(name)) expand_masks(args);
+    if (takes_indices(name)) prepare_indices(args);
     Call call{name};
     std::vector<torchtpu::Tensor> results = call.run(schema.arguments(), args);
     push_returns(schema, args, call, std::move(results), stack);
@@ -522,6 +526,19 @@ at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& src) {
   return set_source_storage(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
 }
 
+// Whether `param.data = from` may swap `self`'s storage and device in place.
+// PyTorch answers yes only among its built-in dense backends, so without
+// this `model.to("tpu")` made a new Parameter per module and broke ties (an
+// embedding shared with the output projection got two gradients). Dense
+// CPU and tpu tensors are as interchangeable as CPU and CUDA ones.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && !t.is_quantized() && (t.is_cpu() || t.device().is_privateuseone());
+  };
+  return dense(self) && dense(from);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&tpu_fallback>()); }
@@ -544,6 +561,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", nonzero);
   m.impl("masked_select", masked_select);
   m.impl("native_batch_norm", native_batch_norm);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 namespace {
@@ -560,7 +578,7 @@ const bool runtime_ops_registered = [] {
   static const std::set<std::string> explicit_ops = {
       "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "unfold", "copy_",
       "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy", "nonzero",
-      "masked_select", "native_batch_norm"};
+      "masked_select", "native_batch_norm", "_has_compatible_shallow_copy_type"};
   const size_t n = ttpu_op_count();
   for (size_t i = 0; i < n; ++i) {
     const char* full = nullptr;

@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <torch/csrc/Generator.h>
+
 #include "tpu.h"
 
 namespace py = pybind11;
@@ -20,6 +22,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return static_cast<int>(torchtpu_ext::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(torchtpu_ext::current_device()); });
   m.def("_set_device", [](int d) { torchtpu_ext::set_current_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def(
+      "_default_generator",
+      [](int d) {
+        return py::reinterpret_steal<py::object>(
+            THPGenerator_initDefaultGenerator(torchtpu_ext::default_generator(static_cast<c10::DeviceIndex>(d))));
+      },
+      "Device d's default torch.Generator (the one random ops use without generator=).");
   m.def("_set_cpu_fallback", &torchtpu_ext::set_cpu_fallback);
   m.def("_cpu_fallback_enabled", &torchtpu_ext::cpu_fallback_enabled);
   m.def("_fallback_counts", [] {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/Generator.h>
 #include <torchtpu/torchtpu.hpp>
 
 #include <cstdint>
@@ -70,6 +71,14 @@ bool materialized(const at::Tensor& t);
 // A runtime tensor of `t` on tpu `device`: `t` itself (viewed) when it is on
 // tpu, else an upload of the CPU tensor.
 torchtpu::Tensor upload(const at::Tensor& cpu, c10::DeviceIndex device);
+
+// Generators (csrc/generator.cpp): device `device`'s default (what random
+// ops draw from without `generator=`; -1 is the current device), a new
+// independent one (`torch.Generator(device="tpu")`), and the runtime
+// generator of a tpu at::Generator (checked: `op` names the caller).
+const at::Generator& default_generator(c10::DeviceIndex device);
+at::Generator new_generator(c10::DeviceIndex device);
+const torchtpu::Generator& runtime_generator(const at::Generator& g, const std::string& op);
 
 // Opt-in CPU fallback for ops the runtime lacks, and its counters.
 void set_cpu_fallback(bool on) noexcept;

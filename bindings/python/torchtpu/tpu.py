@@ -22,12 +22,13 @@ from .runtime import Runtime, get_mode, set_mode
 
 __all__ = [
     "EagerMode", "Event", "Stream", "amp", "comm", "compile_cache_stats", "current_device", "current_stream",
-    "device", "device_count", "eager_mode", "enable_cpu_fallback", "explain_recompiles", "fallback_stats",
-    "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
-    "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "load_plugins", "manual_seed",
-    "manual_seed_all", "max_memory_allocated", "memory_allocated", "plugins", "reset_peak_memory_stats", "seed",
-    "set_device", "set_eager_mode", "set_fusion_policy", "set_rng_state", "set_rng_state_all", "set_stream",
-    "stream", "synchronize",
+    "default_generators", "default_stream", "device", "device_count", "eager_mode", "enable_cpu_fallback",
+    "explain_recompiles", "fallback_stats", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
+    "get_rng_state", "get_rng_state_all", "index_checks_enabled", "initial_seed", "is_available",
+    "is_bf16_supported", "is_initialized", "load_plugins", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "memory_allocated", "plugins", "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode",
+    "set_fusion_policy", "set_index_checks", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
+    "synchronize",
 ]
 
 
@@ -154,6 +155,12 @@ def initial_seed() -> int:
     return _runtime().rng_state(current_device())[0]
 
 
+def _default_generators() -> tuple[torch.Generator, ...]:
+    """``torch.tpu.default_generators``: each device's default generator,
+    the one random ops use without ``generator=``."""
+    return tuple(_C._default_generator(i) for i in range(device_count()))
+
+
 def get_rng_state(device: Any = "tpu") -> torch.Tensor:
     """The generator state as a CPU ByteTensor (16 bytes: seed and draws)."""
     s, calls = _runtime().rng_state(_index(device))
@@ -198,8 +205,13 @@ def current_stream(device: Any = None) -> torch.Stream:
     return torch.accelerator.current_stream(torch.device("tpu", _index(device)))
 
 
-def default_stream(device: Any = None) -> torch.Stream:
-    return torch.Stream(stream_id=0, device_index=_index(device), device_type=torch.device("tpu").type)
+def default_stream(device: Any = None) -> Stream:
+    """The default stream of ``device`` (id 0: the queue ops run on unless
+    a stream is made current)."""
+    i = _index(device)
+    # torch.Stream takes the device type as its c10 enum value, which only a
+    # stream reports (PrivateUse1's number is not exposed to Python).
+    return Stream(stream_id=0, device_index=i, device_type=current_stream(i).device_type)
 
 
 def set_stream(stream: torch.Stream) -> None:
@@ -297,6 +309,22 @@ def explain_recompiles() -> str:
     return f"{miss}\nflushes by reason: {flushes or 'none'}"
 
 
+def set_index_checks(enabled: bool) -> None:
+    """Turns the device-side index checks on (the default) or off. With them
+    on, an out-of-range index in embedding, gather, scatter, indexing, take,
+    index_select/index_add or an nll_loss/cross_entropy target raises an
+    ``IndexError`` naming the op and the valid range at the next host read or
+    ``synchronize`` (at the op itself in ``DEFER_NEVER_AND_LAUNCH_BLOCKING``),
+    where CUDA raises a device-side assert. Off, reads clamp such indices and
+    writes drop them, silently. ``TORCHTPU_INDEX_CHECKS=0`` sets the default."""
+    _runtime().set_index_checks(bool(enabled))
+
+
+def index_checks_enabled() -> bool:
+    """Whether the device-side index checks are on."""
+    return _runtime().index_checks()
+
+
 def set_fusion_policy(name: str) -> None:
     """The fusion policy of ``DEFER_AND_FUSE`` mode: ``"fuse_all"`` (default),
     ``"loop_cut"``, or a plugin's ``"<plugin>::<policy>[?config]"``."""
@@ -339,6 +367,13 @@ class _Module(types.ModuleType):
     @eager_mode.setter
     def eager_mode(self, mode: EagerMode | str | int) -> None:
         set_eager_mode(mode)
+
+    @property
+    def default_generators(self) -> tuple[torch.Generator, ...]:
+        gens = self.__dict__.get("_default_generators_cache")
+        if gens is None:
+            gens = self.__dict__["_default_generators_cache"] = _default_generators()
+        return gens
 
     @property
     def enable_cpu_fallback(self) -> bool:
