@@ -1,9 +1,9 @@
 """``torch.tpu.amp``: automatic mixed precision on "tpu", like ``torch.cuda.amp``.
 
 ``autocast`` is ``torch.autocast`` with ``device_type="tpu"`` and
-``GradScaler`` is ``torch.amp.GradScaler`` with ``device="tpu"``; both are
-plain aliases of PyTorch's own classes, whose device-generic code does all
-the work. The autocast op policy (which ops run in the 16-bit dtype, which in
+``GradScaler`` is ``torch.amp.GradScaler`` with ``device="tpu"``: thin
+subclasses that fix the device, PyTorch's device-generic code doing all the
+work. The autocast op policy (which ops run in the 16-bit dtype, which in
 float32) is the native backend's (``csrc/autocast.cpp``), and GradScaler's
 unscale and scale-update kernels are the runtime's.
 """
