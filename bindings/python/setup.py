@@ -41,7 +41,8 @@ class Build(BuildExtension):
 
 ext = CppExtension(
     "torchtpu._C",
-    sources=[f"csrc/{n}" for n in ("backend.cpp", "collectives.cpp", "generator.cpp", "kernels.cpp", "module.cpp")],
+    sources=[f"csrc/{n}" for n in ("autocast.cpp", "backend.cpp", "collectives.cpp", "generator.cpp", "kernels.cpp",
+                                   "module.cpp")],
     # A change to these rebuilds the extension.
     depends=["csrc/tpu.h", str(HEADER), str(REPO / "bindings" / "cpp" / "include" / "torchtpu" / "torchtpu.hpp")],
     include_dirs=[str(REPO / "include"), str(REPO / "bindings" / "cpp" / "include")],

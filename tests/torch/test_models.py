@@ -6,9 +6,8 @@ starts from the CPU's weights, runs one forward and backward in strict
 must match the CPU's loss, outputs, every parameter's gradient and (for
 BatchNorm in train mode) the updated running statistics.
 
-Each test has a bf16 autocast variant (tpu autocast against CPU autocast);
-it is skipped until torch.tpu supports autocast (get_amp_supported_dtype), and
-test_bf16_variant_on_cpu runs its code path on the CPU alone meanwhile."""
+Each test has a bf16 autocast variant: tpu autocast against CPU autocast
+(test_bf16_variant_on_cpu checks that code path on the CPU alone)."""
 
 from __future__ import annotations
 
@@ -40,6 +39,9 @@ class Tol:
     # atol is relative to the reference tensor's largest magnitude (for bf16,
     # where gradients of very different scales all carry bf16 rounding).
     scaled: bool = False
+    # bf16: atol is at least `noise` times the reference's own bf16 noise,
+    # the largest difference between CPU autocast and CPU fp32 in that tensor.
+    noise: float = 0.0
 
 
 @dataclass
@@ -52,10 +54,19 @@ class Case:
     inputs: Callable[[torch.Generator], dict]
     step: Callable[[torch.nn.Module, dict], tuple[torch.Tensor, dict]]
     fp32: Tol = field(default_factory=lambda: Tol(1e-4, 1e-5))
-    # Provisional until tpu autocast exists to calibrate against: CPU bf16
-    # differs from CPU fp32 by up to ~1% of a gradient's scale in the
-    # transformers and far more in BatchNorm convnets.
-    bf16: Tol = field(default_factory=lambda: Tol(2e-2, 2e-2, scaled=True))
+    # bf16 autocast, tpu against CPU autocast. The two do not run the same
+    # policy: the tpu registers CUDA's lists (softmax, layer_norm, exp, sum,
+    # ... in float32; cross_entropy's log_softmax rounded to bf16), the CPU
+    # its own (those in bf16; cross_entropy in float32), so they differ by
+    # bf16 rounding, not less. Calibrated on these models (every run mode):
+    # outside gradients that are bf16 noise, they differ by at most ~1.4% of
+    # a tensor's largest magnitude (llama, squeezenet), hence 2%. Where a
+    # tensor is mostly noise (BatchNorm convnets' gradients and running
+    # means, which bf16 moves by up to 85% of their scale on the CPU alone;
+    # gradients that are zero in exact arithmetic, such as BERT's key bias),
+    # the tpu stays within ~2x the CPU's own distance from fp32 (it is as
+    # far from fp32 as CPU autocast is), hence 3x.
+    bf16: Tol = field(default_factory=lambda: Tol(2e-2, 2e-2, scaled=True, noise=3.0))
     # Parameter names that must stay one Parameter on the device: (a, b).
     tied: tuple[str, str] | None = None
     train: bool = False  # train mode (BatchNorm batch statistics); dropout is off either way
@@ -138,8 +149,7 @@ def _vision(build) -> Case:
     # Train mode: BatchNorm (where the model has it) normalizes with the
     # batch's statistics, which are deterministic, and updates its running
     # statistics, which are compared too. Dropout is built with p=0.
-    return Case(build, _image, _classify, train=True,
-                fp32=Tol(1e-4, 1e-4), bf16=Tol(5e-2, 5e-2, scaled=True))
+    return Case(build, _image, _classify, train=True, fp32=Tol(1e-4, 1e-4))
 
 
 CASES: dict[str, Case] = {
@@ -208,54 +218,55 @@ def _cpu_reference(name: str, precision: str) -> dict:
     return _CPU[name, precision]
 
 
-def _close(got, want, tol: Tol, what: str) -> None:
+def _close(got, want, tol: Tol, what: str, fp32=None) -> None:
+    """`fp32`: the CPU fp32 value of the tensor `want` is a bf16 run of
+    (for tol.noise)."""
     atol = tol.atol * want.abs().max().float().item() if tol.scaled and want.numel() else tol.atol
+    if tol.noise and fp32 is not None and want.numel() and want.is_floating_point():
+        atol = max(atol, tol.noise * (want.float() - fp32.float()).abs().max().item())
     torch.testing.assert_close(got, want, rtol=tol.rtol, atol=atol, msg=lambda m: f"{what}: {m}")
 
 
-def _compare(got: dict, want: dict, tol: Tol, label: str, skip_grads=()) -> None:
-    _close(got["loss"], want["loss"], tol, f"{label} loss")
+def _compare(got: dict, want: dict, tol: Tol, label: str, skip_grads=(), fp32: dict | None = None) -> None:
+    """`fp32`: for a bf16 `want`, the same run in fp32 (for tol.noise)."""
+    f = fp32 or {"outputs": {}, "grads": {}, "buffers": {}}
+    _close(got["loss"], want["loss"], tol, f"{label} loss", f.get("loss"))
     for k in want["outputs"]:
-        _close(got["outputs"][k], want["outputs"][k], tol, f"{label} output {k}")
+        _close(got["outputs"][k], want["outputs"][k], tol, f"{label} output {k}", f["outputs"].get(k))
     assert got["grads"].keys() == want["grads"].keys(), f"{label}: parameter names differ"
     for k, g in want["grads"].items():
         if k in skip_grads:
             continue
         assert g is not None, f"{label}: no CPU gradient for {k}"
         assert got["grads"][k] is not None, f"{label}: no gradient for {k}"
-        _close(got["grads"][k], g, tol, f"{label} grad of {k}")
+        _close(got["grads"][k], g, tol, f"{label} grad of {k}", f["grads"].get(k))
     for k, b in want["buffers"].items():
-        _close(got["buffers"][k], b, tol, f"{label} buffer {k}")
-
-
-def _need_tpu_amp() -> None:
-    if not hasattr(torch.tpu, "get_amp_supported_dtype"):
-        pytest.skip("torch.autocast('tpu') needs torch.tpu.get_amp_supported_dtype (tpu AMP not built yet)")
+        _close(got["buffers"][k], b, tol, f"{label} buffer {k}", f["buffers"].get(k))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_model_matches_cpu(name, run, precision):
-    if precision == "bf16":
-        _need_tpu_amp()
     assert not torch.tpu.enable_cpu_fallback, "every op must run on the tpu"
     case = CASES[name]
     want = _cpu_reference(name, precision)
     model = _build(name).to("tpu")
     got = _run(name, model, "tpu", run, precision)
     tol = case.fp32 if precision == "fp32" else case.bf16
+    fp32 = None if precision == "fp32" else _cpu_reference(name, "fp32")
     label = f"{name} ({run}, {precision})"
     # The tied parameters are checked last, so that a broken tie is reported
     # after everything else has been shown to match.
-    _compare(got, want, tol, label, skip_grads=case.tied or ())
+    _compare(got, want, tol, label, skip_grads=case.tied or (), fp32=fp32)
     if case.tied:
         a, b = case.tied
         named = dict(model.named_parameters(remove_duplicate=False))
         if named[a] is not named[b]:
             pytest.fail(f"{label}: {a} and {b} are no longer one Parameter after .to('tpu')")
         for k in case.tied:
-            _close(got["grads"][k], want["grads"][k], tol, f"{label} grad of tied {k}")
+            _close(got["grads"][k], want["grads"][k], tol, f"{label} grad of tied {k}",
+                   None if fp32 is None else fp32["grads"][k])
 
 
 @pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.tied])

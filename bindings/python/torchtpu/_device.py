@@ -3,6 +3,8 @@ the backend name, the ``torch.tpu`` module and the ``Tensor.tpu()`` family."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 _registered = False
@@ -24,6 +26,7 @@ def register() -> None:
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
     torch._register_device_module("tpu", tpu)
+    sys.modules["torch.tpu.amp"] = tpu.amp  # `from torch.tpu.amp import autocast`, as for torch.cuda.amp
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _print_from_host()

@@ -16,19 +16,19 @@ from typing import Any, Iterator
 
 import torch
 
-from . import _C, comm, custom_ops
+from . import _C, amp, comm, custom_ops
 from . import _plugins as plugins_mod
 from .runtime import Runtime, get_mode, set_mode
 
 __all__ = [
-    "EagerMode", "Event", "Stream", "comm", "compile_cache_stats", "current_device", "current_stream",
-    "default_generators", "default_stream", "device",
-    "device_count", "eager_mode", "enable_cpu_fallback", "explain_recompiles", "fallback_stats",
-    "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all", "index_checks_enabled", "initial_seed",
-    "is_available", "is_initialized", "load_plugins", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "EagerMode", "Event", "Stream", "amp", "comm", "compile_cache_stats", "current_device", "current_stream",
+    "default_generators", "default_stream", "device", "device_count", "eager_mode", "enable_cpu_fallback",
+    "explain_recompiles", "fallback_stats", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
+    "get_rng_state", "get_rng_state_all", "index_checks_enabled", "initial_seed", "is_available",
+    "is_bf16_supported", "is_initialized", "load_plugins", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "memory_allocated", "plugins", "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode",
-    "set_fusion_policy", "set_index_checks", "set_rng_state",
-    "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "set_fusion_policy", "set_index_checks", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
+    "synchronize",
 ]
 
 
@@ -61,6 +61,11 @@ def is_available() -> bool:
 
 def is_initialized() -> bool:
     return True
+
+
+# Read by torch.utils.checkpoint (as torch.cuda._initialized): whether to
+# save and restore the device RNG state around a checkpointed region.
+_initialized = True
 
 
 def _is_in_bad_fork() -> bool:
@@ -110,6 +115,20 @@ def get_device_properties(device: Any = None) -> types.SimpleNamespace:
     d = rt.devices()[_index(device)]
     return types.SimpleNamespace(name=d["kind"], platform=rt.platform_name,
                                  platform_version=rt.platform_version, **d)
+
+
+# --------------------------------------------------------------------- amp
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes ``torch.autocast("tpu", dtype=...)`` accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 is the TPU's native 16-bit type (and the XLA CPU plugin's
+    too): always True."""
+    return True
 
 
 # --------------------------------------------------------------------- rng
