@@ -341,3 +341,81 @@ fn pending_checks_stay_bounded_without_reads() {
         still_usable(rt);
     });
 }
+
+#[test]
+fn index_fill_wraps_and_index_copy_does_not() {
+    each_mode(|rt, mode| {
+        // x[r][c] = 3r + c
+        let x = f32s(rt, &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3]);
+        let v = Value::Scalar(Scalar::Float(9.0));
+        let ok = rt
+            .call1("aten::index_fill.int_Scalar", &[(&x).into(), 1i64.into(), (&i64s(rt, &[-1, 0], &[2])).into(), v.clone()])
+            .unwrap();
+        assert_eq!(host_f32(rt, &ok), vec![9.0, 1.0, 9.0, 9.0, 4.0, 9.0]);
+        for (bad, shown) in [(3, "index 3 "), (-4, "index -4 ")] {
+            let idx = i64s(rt, &[0, bad], &[2]);
+            let e = oob(rt, mode, rt.call("aten::index_fill.int_Scalar", &[(&x).into(), 1i64.into(), (&idx).into(), v.clone()]));
+            says(&e, &["aten::index_fill.int_Scalar: ", shown, "dimension 1 with size 3 (valid: -3 to 2)"]);
+            still_usable(rt);
+        }
+        let val = f32s(rt, &[9.0], &[]);
+        let idx = i64s(rt, &[2], &[1]);
+        let e = oob(rt, mode, rt.call("aten::index_fill.int_Tensor", &[(&x).into(), 0i64.into(), (&idx).into(), (&val).into()]));
+        says(&e, &["aten::index_fill.int_Tensor: ", "index 2 ", "dimension 0 with size 2 (valid: -2 to 1)"]);
+        still_usable(rt);
+
+        let src = f32s(rt, &[7.0, 8.0], &[2, 1]);
+        let ok = rt.call1("aten::index_copy", &[(&x).into(), 1i64.into(), (&i64s(rt, &[2], &[1])).into(), (&src).into()]).unwrap();
+        assert_eq!(host_f32(rt, &ok), vec![0.0, 1.0, 7.0, 3.0, 4.0, 8.0]);
+        for (bad, shown) in [(3, "index 3 "), (-1, "index -1 ")] {
+            let idx = i64s(rt, &[bad], &[1]);
+            let e = oob(rt, mode, rt.call("aten::index_copy", &[(&x).into(), 1i64.into(), (&idx).into(), (&src).into()]));
+            says(&e, &["aten::index_copy: ", shown, "dimension 1 with size 3 (valid: 0 to 2)"]);
+            still_usable(rt);
+        }
+        // In place: launch-blocking mode leaves the target as it was.
+        let y = f32s(rt, &[5.0; 6], &[2, 3]);
+        let idx = i64s(rt, &[3], &[1]);
+        let e = oob(rt, mode, rt.call("aten::index_copy_", &[(&y).into(), 1i64.into(), (&idx).into(), (&src).into()]));
+        says(&e, &["aten::index_copy_: ", "index 3 "]);
+        if mode == ExecMode::DeferNeverAndLaunchBlocking {
+            assert_eq!(host_f32(rt, &y), vec![5.0; 6]);
+        }
+        still_usable(rt);
+    });
+}
+
+#[test]
+fn put_wraps_negative_indices() {
+    each_mode(|rt, mode| {
+        let x = f32s(rt, &[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+        let src = f32s(rt, &[10.0, 20.0, 30.0], &[3]);
+        let idx = i64s(rt, &[-1, 0, 3], &[3]);
+        let ok = rt.call1("aten::put", &[(&x).into(), (&idx).into(), (&src).into(), true.into()]).unwrap();
+        assert_eq!(ok.sizes(), &[2, 2]);
+        assert_eq!(host_f32(rt, &ok), vec![21.0, 2.0, 3.0, 44.0]);
+        for (bad, shown) in [(4, "index 4 "), (-5, "index -5 ")] {
+            let idx = i64s(rt, &[0, bad, 1], &[3]);
+            for op in ["aten::put", "aten::put_"] {
+                let y = f32s(rt, &[0.0; 4], &[2, 2]);
+                let e = oob(rt, mode, rt.call(op, &[(&y).into(), (&idx).into(), (&src).into(), false.into()]));
+                says(&e, &[&format!("{op}: "), shown, "a tensor of 4 elements (valid: -4 to 3)"]);
+                still_usable(rt);
+            }
+        }
+    });
+}
+
+#[test]
+fn masked_scatter_needs_enough_source() {
+    each_mode(|rt, mode| {
+        let x = f32s(rt, &[0.0; 4], &[4]);
+        let mask = rt.call1("aten::gt.Scalar", &[(&f32s(rt, &[1.0, 0.0, 1.0, 1.0], &[4])).into(), Value::Scalar(Scalar::Float(0.5))]).unwrap();
+        let ok = rt.call1("aten::masked_scatter", &[(&x).into(), (&mask).into(), (&f32s(rt, &[7.0, 8.0, 9.0], &[3])).into()]).unwrap();
+        assert_eq!(host_f32(rt, &ok), vec![7.0, 0.0, 8.0, 9.0]);
+        let short = f32s(rt, &[7.0, 8.0], &[2]);
+        let e = oob(rt, mode, rt.call("aten::masked_scatter", &[(&x).into(), (&mask).into(), (&short).into()]));
+        says(&e, &["aten::masked_scatter: ", "index 2 ", "a source of 2 elements", "(valid: 0 to 1)"]);
+        still_usable(rt);
+    });
+}

@@ -1,8 +1,8 @@
 """Index ops against PyTorch CPU: index_select, gather, scatter (src, value,
 add, reduce) and their in-place forms, advanced indexing (index.Tensor,
-index_put), take, index_add and masked_fill; negative indices (where
-PyTorch takes them) and dims, several dtypes, strided inputs, errors, and
-out-of-range indices (an IndexError at the read, or at the op in debug
+index_put), take and put, index_add, index_fill, index_copy, masked_fill and
+masked_scatter; negative indices (where PyTorch takes them) and dims,
+several dtypes, strided inputs, errors, and out-of-range indices (an IndexError at the read, or at the op in debug
 mode)."""
 
 import pytest
@@ -209,6 +209,150 @@ def test_index_add_errors(rt):
         call(rt, "aten::index_add", x, 1, torch.tensor([0, 1]), torch.zeros(2, 2))
 
 
+# -------------------------------------------------------------- index_fill
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_fill(rt, dtype, dim):
+    x = data((4, 5, 3), dtype)
+    # Negative entries wrap, and repeats (2 and -2 on the last dim) agree.
+    idx = rand_index(x.shape[dim], (4,), negative=True)
+    for value in [-2.5, 7, True]:
+        want = x.index_fill(dim, idx, value)
+        check(call(rt, "aten::index_fill.int_Scalar", x, dim, idx, value), want, **exact(dtype))
+        check(call(rt, "aten::index_fill_.int_Scalar", x, dim, idx, value), want, **exact(dtype))
+    # A 0-dim value tensor of another dtype converts to self's.
+    v = torch.tensor(3.75, dtype=torch.float64)
+    want = x.index_fill(dim, idx, v)
+    check(call(rt, "aten::index_fill.int_Tensor", x, dim, idx, v), want, **exact(dtype))
+    check(call(rt, "aten::index_fill_.int_Tensor", x, dim, idx, v), want, **exact(dtype))
+
+
+def test_index_fill_shapes(rt):
+    x = torch.randn(3, 4)
+    for idx in [torch.tensor(-1), torch.tensor([], dtype=torch.int64), I(3, 3, -4)]:
+        check(call(rt, "aten::index_fill.int_Scalar", x, 1, idx, 0.5), x.index_fill(1, idx, 0.5))
+    s = torch.tensor(2.5)
+    for dim, idx in [(0, I(0)), (-1, torch.tensor(-1)), (0, I(0, -1))]:
+        check(call(rt, "aten::index_fill.int_Scalar", s, dim, idx, 9.0), s.index_fill(dim, idx, 9.0))
+    e = torch.zeros(0, 3)
+    check(call(rt, "aten::index_fill.int_Scalar", e, 1, I(1), 1.0), e.index_fill(1, I(1), 1.0))
+
+
+def test_index_fill_errors(rt):
+    x = torch.zeros(3, 4)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_fill.int_Scalar: index_fill_\(\): Expected dtype int64 for index, but got int32 \(index shape \[1\]\)"):
+        call(rt, "aten::index_fill.int_Scalar", x, 0, I(1).int(), 1.0)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_fill.int_Tensor: index_fill_ only supports a 0-dimensional value tensor, but got tensor with 1 dimension\(s\) \(value shape \[1\]\)"):
+        call(rt, "aten::index_fill.int_Tensor", x, 0, I(1), torch.ones(1))
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_fill_.int_Scalar: .*vector/scalar.*\[1, 2\]"):
+        call(rt, "aten::index_fill_.int_Scalar", x, 0, I(0, 1).reshape(1, 2), 1.0)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_fill.int_Scalar: Dimension out of range"):
+        call(rt, "aten::index_fill.int_Scalar", x, 2, I(0), 1.0)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_fill.int_Scalar: Dimension out of range"):
+        call(rt, "aten::index_fill.int_Scalar", torch.tensor(1.0), 1, I(0), 1.0)
+
+
+# -------------------------------------------------------------- index_copy
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_copy(rt, dtype, dim):
+    x = data((4, 5, 3), dtype)
+    idx = torch.randperm(x.shape[dim])[:2]  # distinct: a repeated index keeps an unspecified slice
+    shape = list(x.shape)
+    shape[dim] = 2
+    src = data(shape, dtype)
+    want = x.index_copy(dim, idx, src)
+    check(call(rt, "aten::index_copy", x, dim, idx, src), want, **exact(dtype))
+    check(call(rt, "aten::index_copy_", x, dim, idx, src), want, **exact(dtype))
+
+
+def test_index_copy_shapes(rt):
+    v = torch.arange(5.0)
+    # A 0-dim source (or index) into a vector; a vector's one slice into a 0-dim self.
+    cases = [
+        (v, 0, I(2), torch.tensor(7.0)),
+        (v, -1, torch.tensor(4), torch.tensor([8.0])),
+        (torch.tensor(3.0), 0, I(0), torch.tensor(5.0)),
+        (torch.tensor(3.0), -1, torch.tensor(0), torch.tensor([5.0])),
+        (v, 0, torch.zeros(0, dtype=torch.int64), torch.zeros(0)),
+        (torch.zeros(0, 3), 1, I(5), torch.zeros(0, 1)),
+    ]
+    for x, dim, idx, src in cases:
+        check(call(rt, "aten::index_copy", x, dim, idx, src), x.index_copy(dim, idx, src))
+
+
+def test_index_copy_errors(rt):
+    x = torch.zeros(2, 3)
+    cases = [
+        ((x, 0, I(1, 0), torch.ones(3, 3)), r"Number of indices \(2\) should be equal to source.size\(dim\) \(3\)"),
+        ((x, 0, I(1, 0), torch.ones(2, 4)), r"same slice shapes. Destination slice shape \[3\] at dimension 0 and source slice shape \[4\]"),
+        ((x, 0, I(1, 0), torch.ones(2)), r"dimensionality must match. Source dimensionality \(1\), destination dimensionality \(2\)"),
+        ((x, 0, I(1, 0), torch.tensor(1.0)), r"When source is scalar, index should have one element \(got 2"),
+        ((x, 0, I(1, 0).reshape(1, 2), torch.ones(2, 3)), r"Index should have dimension 1 or 0 \(got 2"),
+        ((x, 0, I(1, 0).int(), torch.ones(2, 3)), r"Expected a long tensor for index, but got int32"),
+        ((x, 0, I(1, 0), torch.ones(2, 3, dtype=torch.float64)), r"same dtype, but got \(self\) float32 and \(source\) float64"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index_copy: index_copy_\(\): .*" + msg):
+            call(rt, "aten::index_copy", *args)
+        # PyTorch rejects each of these too.
+        with pytest.raises((RuntimeError, IndexError)):
+            args[0].index_copy(*args[1:])
+
+
+# --------------------------------------------------------------------- put
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_put(rt, dtype):
+    x = data((3, 4), dtype)
+    idx = torch.randperm(12)[:6].reshape(2, 3)
+    idx = torch.where(torch.rand(idx.shape) < 0.5, idx - 12, idx)  # negative entries wrap
+    src = data((6,), dtype)
+    want = x.put(idx, src)
+    check(call(rt, "aten::put", x, idx, src), want, **exact(dtype))
+    check(call(rt, "aten::put_", x, idx, src, False), want, **exact(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.int64, torch.bool])
+def test_put_accumulate(rt, dtype):
+    x = data((3, 4), dtype)
+    idx = I(0, 11, -1, 5, 0, -12, 3)  # repeats accumulate
+    src = data((7,), dtype)
+    want = x.float().put(idx, src.float(), accumulate=True).to(dtype) if dtype != torch.bool else x.put(idx, src, accumulate=True)
+    tol = tol_for(dtype) if dtype.is_floating_point else exact(dtype)
+    check(call(rt, "aten::put", x, idx, src, True), want, **tol)
+    check(call(rt, "aten::put_", x, idx.reshape(7, 1), src, True), want, **tol)
+
+
+def test_put_shapes(rt):
+    s = torch.tensor(3.0)
+    cases = [
+        (s, I(0, -1), torch.tensor([1.0, 2.0]), True),
+        (s, torch.tensor(-1), torch.tensor([4.0]), False),
+        (torch.zeros(2, 2), I(3), torch.tensor(5.0), False),
+        (torch.zeros(0), torch.zeros(0, dtype=torch.int64), torch.zeros(0), False),
+    ]
+    for x, idx, src, acc in cases:
+        check(call(rt, "aten::put", x, idx, src, acc), x.put(idx, src, accumulate=acc))
+
+
+def test_put_errors(rt):
+    x = torch.zeros(5)
+    cases = [
+        ((x, I(1).int(), torch.ones(1)), r"Expected a long tensor for index, but got int32"),
+        ((x, I(1), torch.ones(1, dtype=torch.float64)), r"same dtype, but got self.dtype = float32 and source.dtype = float64"),
+        ((x, I(1, 2), torch.ones(3)), r"same number of elements, but got source.numel\(\) = 3, index.numel\(\) = 2"),
+        ((torch.zeros(0), I(0), torch.ones(1)), r"Tried to put elements into an empty tensor"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::put: put_\(\): .*" + msg):
+            call(rt, "aten::put", *args)
+        with pytest.raises((RuntimeError, IndexError)):
+            args[0].put(*args[1:])
+
+
 # -------------------------------------------------------- advanced indexing
 
 def I(*xs):
@@ -330,6 +474,15 @@ OUT_OF_RANGE = [
     ("aten::index.Tensor", (torch.zeros(4, 5), [None, I(-6)]), r"index -6 .*dimension 1 with size 5 \(valid: -5 to 4\)"),
     ("aten::index_put", (torch.zeros(5), [I(5)], torch.ones(1)), r"index 5 .*\(valid: -5 to 4\)"),
     ("aten::take", (torch.zeros(2, 2), I(4)), r"index 4 is out of range for a tensor of 4 elements \(valid: -4 to 3\)"),
+    ("aten::put", (torch.zeros(2, 2), I(-5), torch.ones(1)), r"index -5 is out of range for a tensor of 4 elements \(valid: -4 to 3\)"),
+    ("aten::put_", (torch.zeros(2, 2), I(0, 4), torch.ones(2), True), r"index 4 .*\(valid: -4 to 3\)"),
+    ("aten::index_fill.int_Scalar", (torch.zeros(3, 4), 1, I(0, 4), 1.0), r"index 4 is out of range for dimension 1 with size 4 \(valid: -4 to 3\)"),
+    ("aten::index_fill_.int_Tensor", (torch.zeros(3, 4), -2, I(-4), torch.tensor(1.0)), r"index -4 .*dimension 0 with size 3 \(valid: -3 to 2\)"),
+    ("aten::index_fill.int_Scalar", (torch.tensor(1.0), 0, I(1), 2.0), r"index 1 .*dimension 0 with size 1 \(valid: -1 to 0\)"),
+    ("aten::index_copy", (torch.zeros(3, 4), 1, I(-1), torch.ones(3, 1)), r"index -1 is out of range for dimension 1 with size 4 \(valid: 0 to 3\)"),
+    ("aten::index_copy_", (torch.zeros(3), 0, I(3), torch.ones(1)), r"index 3 .*\(valid: 0 to 2\)"),
+    ("aten::masked_scatter", (torch.zeros(4), torch.tensor([True, False, True, True]), torch.ones(2)),
+     r"index 2 is out of range for a source of 2 elements \(masked_scatter needs one per true element of the mask\) \(valid: 0 to 1\)"),
 ]
 
 

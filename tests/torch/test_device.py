@@ -116,6 +116,62 @@ def test_data_dependent_shapes_sync_and_work(eager_mode):
     torch.testing.assert_close(t.cpu(), x)
 
 
+def test_index_writes_of_cuda_scripts(eager_mode):
+    """The indexing writes ordinary CUDA scripts make (index_fill_ from
+    `x[idx] = v`, index_put_ with and without accumulate, masked fills and
+    scatters, index_copy_, put_) on tpu, against the same on the CPU."""
+    base = torch.randn(4, 5)
+    idx, mask = torch.tensor([3, -4]), base > 0.3
+    cases = {
+        "x[idx] = v": lambda x, i, m: x.__setitem__(i, 1.0),
+        "x[idx] += 1": lambda x, i, m: x.__setitem__(i, x[i] + 1),
+        "x[:, idx] = t": lambda x, i, m: x.__setitem__((slice(None), i), torch.full((4, 2), 2.5, device=x.device)),
+        "x[mask] = v": lambda x, i, m: x.__setitem__(m, 0.0),
+        "x[mask] = t": lambda x, i, m: x.__setitem__(m, torch.arange(int(mask.sum()), dtype=x.dtype, device=x.device)),
+        "index_fill_": lambda x, i, m: x.index_fill_(-1, i, -3.0),
+        "index_fill_ tensor": lambda x, i, m: x.index_fill_(0, i, torch.tensor(5, device=x.device)),
+        "index_copy_": lambda x, i, m: x.index_copy_(1, i % 5, torch.ones(4, 2, device=x.device)),
+        "index_put_ accumulate": lambda x, i, m: x.index_put_((i, i), torch.tensor([1.0, 2.0], device=x.device),
+                                                              accumulate=True),
+        "put_": lambda x, i, m: x.put_(i * 5, torch.tensor([6.0, 7.0], device=x.device)),
+        "put_ accumulate": lambda x, i, m: x.put_(torch.tensor([19, -1, 0], device=x.device),
+                                                  torch.tensor([1.0, 2.0, 3.0], device=x.device), accumulate=True),
+        "masked_fill_": lambda x, i, m: x.masked_fill_(m, 4.0),
+        "masked_scatter_": lambda x, i, m: x.masked_scatter_(m, torch.arange(20.0, device=x.device)),
+    }
+    for name, write in cases.items():
+        want, got = base.clone(), base.to("tpu")
+        write(want, idx, mask)
+        write(got, idx.to("tpu"), mask.to("tpu"))
+        torch.testing.assert_close(got.cpu(), want, msg=name)
+    # Bad indices are IndexErrors naming the op (at the read, or at the op
+    # in launch-blocking mode).
+    with pytest.raises(IndexError, match=r"aten::index_fill_.int_Scalar: index 4 is out of range for dimension 0 with size 4 \(valid: -4 to 3\)"):
+        t = base.to("tpu")
+        t[torch.tensor([4], device="tpu")] = 1.0
+        t.cpu()
+    with pytest.raises(IndexError, match=r"aten::put_: index 20 is out of range for a tensor of 20 elements"):
+        base.to("tpu").put_(torch.tensor([20], device="tpu"), torch.ones(1, device="tpu")).cpu()
+
+
+def test_index_op_gradients_match_the_cpu(eager_mode):
+    """take's backward is put (accumulating); index_fill, index_copy and put
+    have gradients of their own."""
+    x0, src0 = torch.randn(3, 4), torch.randn(3, 2)
+    idx = torch.tensor([[0, 11], [-1, 5], [5, 5]])  # repeats accumulate into the gradient
+    cols = torch.tensor([2, 0])
+    grads = {}
+    for dev in ("cpu", "tpu"):
+        x, src = x0.to(dev).detach().requires_grad_(), src0.to(dev).detach().requires_grad_()
+        i, c = idx.to(dev), cols.to(dev)
+        loss = (torch.take(x, i) ** 2).sum() + (x.index_fill(1, c, 2.0) * 3).sum()
+        loss = loss + (x.index_copy(1, c, src) ** 2).sum() + (x.put(i[0], src[0], accumulate=True) ** 3).sum()
+        loss.backward()
+        grads[dev] = (x.grad, src.grad)
+    for g, w in zip(grads["tpu"], grads["cpu"]):
+        torch.testing.assert_close(g.cpu(), w)
+
+
 def test_printing_and_serialization(tmp_path):
     x = torch.tensor([[1.0, -2.5], [float("inf"), 0.0]])
     assert repr(x.to("tpu")) == repr(x)[:-1] + ", device='tpu:0')"

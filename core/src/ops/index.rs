@@ -1,14 +1,15 @@
 //! Indexing: `index_select`, `gather`, `scatter` (+ `_add`, `_reduce`),
-//! advanced indexing (`index.Tensor`, `index_put`), `index_add`,
-//! `masked_fill` and `masked_scatter`, lowered to `stablehlo.gather` /
+//! advanced indexing (`index.Tensor`, `index_put`), `take` and `put`,
+//! `index_add`, `index_copy`, `index_fill`, `masked_fill` and
+//! `masked_scatter`, lowered to `stablehlo.gather` /
 //! `stablehlo.scatter`; `slice_scatter` and `select_scatter` as pads and
 //! selects.
 //!
 //! Indices are device data, so their range cannot be checked while
 //! lowering: each op adds an index check ([`Cx::check_index`]) with
-//! PyTorch's valid range for it (`0..n` for gather, scatter, index_select
-//! and index_add; `-n..n` for advanced indexing and `take`, where negative
-//! indices wrap as `i + n`), which the runtime reports at the next host
+//! PyTorch's valid range for it (`0..n` for gather, scatter, index_select,
+//! index_add and index_copy; `-n..n` for advanced indexing, `take`, `put`
+//! and `index_fill`, where negative indices wrap as `i + n`), which the runtime reports at the next host
 //! read. With the checks off, reads clamp out-of-range indices into range
 //! (as XLA's gather does) and scatters drop them.
 
@@ -360,10 +361,6 @@ fn index_add(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, alpha: super::ScalarRe
         return Ok(x);
     }
     check_dim_index(cx, idx, dim, x1d[dim]);
-    let i = cx.f.reshape(idx, &[n, 1]);
-    let i = wrap_index(cx, i, x1d[dim]);
-    let rank = x1d.len() as i64;
-    let window: Vec<i64> = (0..rank).filter(|&k| k != dim as i64).collect();
     let od = d.opmath();
     let scaled = if d == DType::Bool {
         s1
@@ -373,7 +370,169 @@ fn index_add(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, alpha: super::ScalarRe
         cx.f.mul(s, al)
     };
     let r = add_reducer(d.into());
-    let out = in_opmath(cx, x1, scaled, |cx, xo, uo| cx.f.scatter(xo, i, uo, &window, &[dim as i64], &[dim as i64], 1, Some(r)));
+    let out = in_opmath(cx, x1, scaled, |cx, xo, uo| scatter_slices(cx, xo, dim, idx, uo, Some(r)));
+    Ok(cx.f.reshape(out, &xd))
+}
+
+/// Writes slice `k` of `upd` along `dim` (shape `x`'s with `dim` sized as
+/// the index) to position `idx[k]` of `x` along `dim`, replacing or
+/// combining. `idx` is a vector or scalar of checked indices, `x` at least
+/// 1-d.
+fn scatter_slices(cx: &mut Cx, x: V, dim: usize, idx: V, upd: V, combine: Option<Reducer>) -> V {
+    let n = shape::numel(&cx.dims(idx));
+    let size = cx.dims(x)[dim];
+    let i = cx.f.reshape(idx, &[n, 1]);
+    let i = wrap_index(cx, i, size);
+    let window: Vec<i64> = (0..cx.rank(x) as i64).filter(|&k| k != dim as i64).collect();
+    cx.f.scatter(x, i, upd, &window, &[dim as i64], &[dim as i64], 1, combine)
+}
+
+/// `index_fill(self, dim, index, value)`: every slice of `self` along `dim`
+/// that `index` names is set to `value` (a scalar, or a 0-dim tensor of any
+/// dtype, converted to `self`'s). Negative indices wrap, as in PyTorch.
+fn index_fill(cx: &mut Cx, x: V, dim: i64, idx: V, value: Ew) -> Result<V> {
+    let (xd, id) = (cx.dims(x), cx.dims(idx));
+    if cx.dtype(idx) != DType::I64 {
+        bail_op!(&*cx.op, "index_fill_(): Expected dtype int64 for index, but got {} (index shape {})", cx.dtype(idx), shape::fmt(&id));
+    }
+    if let Ew::T(v) = value {
+        if cx.rank(v) != 0 {
+            bail_op!(
+                &*cx.op,
+                "index_fill_ only supports a 0-dimensional value tensor, but got tensor with {} dimension(s) (value shape {}).",
+                cx.rank(v),
+                shape::fmt(&cx.dims(v))
+            );
+        }
+    }
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len().max(1))?;
+    if id.len() > 1 {
+        bail_op!(&*cx.op, "index_fill_(): Index has to be a vector/scalar, but got index of shape {}", shape::fmt(&id));
+    }
+    let x1 = at_least_1d(cx, x);
+    let x1d = cx.dims(x1);
+    // An empty self has nothing to fill: PyTorch reads no index then.
+    if shape::numel(&id) == 0 || shape::numel(&x1d) == 0 {
+        return Ok(x);
+    }
+    let size = x1d[dim];
+    cx.check_index(idx, -size..size, || format!("dimension {dim} with size {size}"));
+    // Which positions along `dim` are named: a scatter of `true` into a
+    // vector (repeated indices agree), broadcast across the other dims.
+    let no = cx.f.splat(&Ty::new(Elem::Pred, &[size]), 0.0);
+    let yes = cx.f.splat(&Ty::new(Elem::Pred, &[shape::numel(&id)]), 1.0);
+    let idx1 = at_least_1d(cx, idx);
+    let named = scatter_slices(cx, no, 0, idx1, yes, None);
+    let mask = cx.f.broadcast_in_dim(named, &[dim as i64], &x1d);
+    let v = materialize(cx, value, cx.dtype(x), &x1d);
+    let out = cx.f.select(mask, v, x1);
+    Ok(cx.f.reshape(out, &xd))
+}
+
+/// `index_copy(self, dim, index, source)`: slice `k` of `source` along `dim`
+/// replaces slice `index[k]` of `self`. A repeated index keeps one of its
+/// slices (which one is unspecified, as in PyTorch).
+fn index_copy(cx: &mut Cx, x: V, dim: i64, idx: V, src: V) -> Result<V> {
+    let (xd, id, sd) = (cx.dims(x), cx.dims(idx), cx.dims(src));
+    let shapes = || format!("self {}, index {}, source {}", shape::fmt(&xd), shape::fmt(&id), shape::fmt(&sd));
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len().max(1))?;
+    if id.len() > 1 {
+        bail_op!(&*cx.op, "index_copy_(): Index should have dimension 1 or 0 (got {}; {})", id.len(), shapes());
+    }
+    let n = shape::numel(&id);
+    if sd.is_empty() && n != 1 {
+        bail_op!(&*cx.op, "index_copy_(): When source is scalar, index should have one element (got {n}; {})", shapes());
+    }
+    if sd.len() != xd.len() && !sd.is_empty() && !xd.is_empty() {
+        bail_op!(
+            &*cx.op,
+            "index_copy_(): When source and destination are not scalars, their dimensionality must match. Source \
+             dimensionality ({}), destination dimensionality ({}) ({})",
+            sd.len(),
+            xd.len(),
+            shapes()
+        );
+    }
+    if cx.dtype(idx) != DType::I64 {
+        bail_op!(&*cx.op, "index_copy_(): Expected a long tensor for index, but got {} ({})", cx.dtype(idx), shapes());
+    }
+    let (d, sdt) = (cx.dtype(x), cx.dtype(src));
+    if d != sdt {
+        bail_op!(&*cx.op, "index_copy_(): self and source expected to have the same dtype, but got (self) {d} and (source) {sdt}");
+    }
+    // The slices (everything but `dim`) must agree; a 0-dim tensor's slice
+    // is empty, as in PyTorch.
+    let sliced = |s: &[i64]| -> Vec<i64> { s.iter().enumerate().filter(|&(k, _)| k != dim).map(|(_, &v)| v).collect() };
+    if sliced(&xd) != sliced(&sd) {
+        bail_op!(
+            &*cx.op,
+            "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape {} at \
+             dimension {dim} and source slice shape {} at dimension 0 ({})",
+            shape::fmt(&sliced(&xd)),
+            shape::fmt(&sliced(&sd)),
+            shapes()
+        );
+    }
+    if !sd.is_empty() && sd[dim] != n {
+        bail_op!(&*cx.op, "index_copy_(): Number of indices ({n}) should be equal to source.size(dim) ({}) ({})", sd[dim], shapes());
+    }
+    let x1 = at_least_1d(cx, x);
+    let x1d = cx.dims(x1);
+    // An empty self has nothing to copy to: PyTorch reads no index then.
+    if n == 0 || shape::numel(&x1d) == 0 {
+        return Ok(x);
+    }
+    check_dim_index(cx, idx, dim, x1d[dim]);
+    let mut upd_dims = x1d.clone();
+    upd_dims[dim] = n;
+    let upd = cx.f.reshape(src, &upd_dims);
+    let idx1 = at_least_1d(cx, idx);
+    let out = scatter_slices(cx, x1, dim, idx1, upd, None);
+    Ok(cx.f.reshape(out, &xd))
+}
+
+/// `put(self, index, source, accumulate)`: `self` flattened, with
+/// `source`'s elements (in order) written to, or added at, `index`
+/// (negative entries wrap). Any shapes with as many elements in `index` as
+/// in `source`.
+fn put(cx: &mut Cx, x: V, idx: V, src: V, accumulate: bool) -> Result<V> {
+    let (xd, id, sd) = (cx.dims(x), cx.dims(idx), cx.dims(src));
+    let shapes = || format!("self {}, index {}, source {}", shape::fmt(&xd), shape::fmt(&id), shape::fmt(&sd));
+    if cx.dtype(idx) != DType::I64 {
+        bail_op!(&*cx.op, "put_(): Expected a long tensor for index, but got {} ({})", cx.dtype(idx), shapes());
+    }
+    let (d, sdt) = (cx.dtype(x), cx.dtype(src));
+    if d != sdt {
+        bail_op!(&*cx.op, "put_(): self and source expected to have the same dtype, but got self.dtype = {d} and source.dtype = {sdt}");
+    }
+    let (n, m) = (shape::numel(&xd), shape::numel(&id));
+    if shape::numel(&sd) != m {
+        bail_op!(
+            &*cx.op,
+            "put_(): Expected source and index to have the same number of elements, but got source.numel() = {}, \
+             index.numel() = {m} ({})",
+            shape::numel(&sd),
+            shapes()
+        );
+    }
+    if m == 0 {
+        return Ok(x);
+    }
+    if n == 0 {
+        bail_op!(&*cx.op, "put_(): Tried to put elements into an empty tensor ({})", shapes());
+    }
+    cx.check_index(idx, -n..n, || format!("a tensor of {n} elements"));
+    let flat = cx.f.reshape(x, &[n]);
+    let i = cx.f.reshape(idx, &[m, 1]);
+    let i = wrap_index(cx, i, n);
+    let upd = cx.f.reshape(src, &[m]);
+    let scatter = |cx: &mut Cx, xo: V, uo: V, r: Option<Reducer>| cx.f.scatter(xo, i, uo, &[], &[0], &[0], 1, r);
+    let out = if accumulate {
+        let r = add_reducer(d.into());
+        in_opmath(cx, flat, upd, |cx, xo, uo| scatter(cx, xo, uo, Some(r)))
+    } else {
+        scatter(cx, flat, upd, None)
+    };
     Ok(cx.f.reshape(out, &xd))
 }
 
@@ -409,6 +568,18 @@ fn register_dim_ops(r: &mut Builder) {
     );
     r.op_and_inplace("aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor", |cx, a| {
         Ok(vec![index_add(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, a.tensor(3)?, a.scalar(4)?)?])
+    });
+    r.op_and_inplace("aten::index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", |cx, a| {
+        Ok(vec![index_fill(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, Ew::S(a.scalar(3)?))?])
+    });
+    r.op_and_inplace("aten::index_fill.int_Tensor(Tensor self, int dim, Tensor index, Tensor value) -> Tensor", |cx, a| {
+        Ok(vec![index_fill(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, Ew::T(a.tensor(3)?))?])
+    });
+    r.op_and_inplace("aten::index_copy(Tensor self, int dim, Tensor index, Tensor source) -> Tensor", |cx, a| {
+        Ok(vec![index_copy(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, a.tensor(3)?)?])
+    });
+    r.op_and_inplace("aten::put(Tensor self, Tensor index, Tensor source, bool accumulate=False) -> Tensor", |cx, a| {
+        Ok(vec![put(cx, a.tensor(0)?, a.tensor(1)?, a.tensor(2)?, a.bool(3)?)?])
     });
 }
 
@@ -625,9 +796,10 @@ fn masked_fill(cx: &mut Cx, x: V, mask: V, value: Ew) -> Result<V> {
 
 /// Fills the positions where `mask` is true with consecutive elements of
 /// `source` (in row-major order). Each position's source element is the
-/// number of true mask elements before it; a `source` too short for the
-/// mask (an error in PyTorch, found only on the device here) repeats its
-/// last element, as gathers clamp.
+/// number of true mask elements before it. A `source` too short for the
+/// mask is an error in PyTorch; here the count is device data, so it is an
+/// index check on those source positions (with the checks off, the last
+/// element repeats, as gathers clamp).
 fn masked_scatter(cx: &mut Cx, x: V, mask: V, source: V) -> Result<V> {
     if cx.dtype(mask) != DType::Bool {
         bail_op!(&*cx.op, "masked_scatter_ only supports boolean masks, but got mask with dtype {}", cx.dtype(mask));
@@ -648,6 +820,11 @@ fn masked_scatter(cx: &mut Cx, x: V, mask: V, source: V) -> Result<V> {
     let count = super::reduce::scan(cx, ones, 0, Reducer::Add);
     let one = cx.f.full_like(count, 1.0);
     let pos = cx.f.sub(count, one);
+    let zero = cx.f.full_like(pos, 0.0);
+    let used = cx.f.select(m, pos, zero);
+    cx.check_index(used, 0..src_n, || {
+        format!("a source of {src_n} elements (masked_scatter needs one per true element of the mask)")
+    });
     let pos = cx.f.reshape(pos, &[n, 1]);
     let src = cx.f.reshape(source, &[src_n]);
     let picked = cx.f.gather(src, pos, &[], &[0], &[0], 1, &[1], &[n]);
