@@ -1,0 +1,604 @@
+//! Sampling beyond the factories of [`super::creation`]: `normal` with
+//! tensor means or standard deviations, `random_` (`.from`, `.to`), the
+//! samplers `exponential_`, `geometric_`, `log_normal_`, `cauchy_` (with
+//! their functional forms), `multinomial` and `poisson`. Every op takes its
+//! schema's `Generator? generator`; a lowering asks for draws with
+//! [`Cx::rng_state`] and never sees the generator.
+//!
+//! Continuous samplers compute in f32 (f64 for f64 results) from uniforms
+//! in the open interval (0, 1), so no transform meets log(0) or tan(±π/2):
+//! an exponential sample is never 0 (as on CUDA) and a geometric one never
+//! below 1.
+//!
+//! Errors that depend on values, not shapes (a negative std element, a
+//! probability row that is not a distribution), are device-side checks
+//! ([`Cx::check_values`]): the op stays asynchronous and the error surfaces
+//! at the next host read, as index errors do.
+
+use crate::bail_op;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
+use crate::shape;
+
+use super::creation::{check_float, digits, random_bits, standard_normal, uniform01};
+use super::{Args, Builder, Cx};
+
+pub fn register(r: &mut Builder) {
+    register_normal(r);
+    register_random(r);
+    register_samplers(r);
+    register_multinomial(r);
+    register_poisson(r);
+}
+
+// ------------------------------------------------------------------ helpers
+
+/// The element type samples of `d` are computed in.
+fn compute_elem(d: DType) -> Elem {
+    if d == DType::F64 {
+        Elem::F64
+    } else {
+        Elem::F32
+    }
+}
+
+/// Uniform samples of `elem` (f32 or f64) in the open interval (0, 1):
+/// `(2k + 1) * 2^-digits` for `k` uniform below `2^(digits - 1)`, each exact.
+fn uniform_open(cx: &mut Cx, elem: Elem, dims: &[i64]) -> V {
+    let digits = if elem == Elem::F64 { 53 } else { 24 };
+    let u = uniform01(cx, digits - 1, dims);
+    let half_step = cx.f.full_like(u, (-digits as f64).exp2());
+    cx.f.add(u, half_step)
+}
+
+/// The value of `self` of an in-place sampler, for its dims and dtype.
+fn self_of(cx: &Cx, a: &Args) -> Result<(Vec<i64>, DType)> {
+    let x = a.tensor(0)?;
+    Ok((cx.dims(x), cx.dtype(x)))
+}
+
+/// The largest value of compute type `elem` that converts to an integer of
+/// dtype `d` without overflow (`max` itself may round up in f32).
+fn int_ceiling(d: DType, elem: Elem) -> f64 {
+    let (_, max) = int_limits(d);
+    if elem == Elem::F32 {
+        let f = max as f32;
+        let f = if f as f64 > max as f64 { f32::from_bits(f.to_bits() - 1) } else { f };
+        f as f64
+    } else {
+        let f = max as f64;
+        if f > max as f64 || f >= 9.223372036854775807e18 {
+            f64::from_bits(f.to_bits() - 1)
+        } else {
+            f
+        }
+    }
+}
+
+/// The range of an integer (or bool) dtype.
+fn int_limits(d: DType) -> (i64, i64) {
+    match d {
+        DType::Bool => (0, 1),
+        DType::U8 => (0, u8::MAX as i64),
+        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        _ => (i64::MIN, i64::MAX),
+    }
+}
+
+/// The finite range of a float dtype.
+fn float_limits(d: DType) -> f64 {
+    match d {
+        DType::F16 => half::f16::MAX.to_f64(),
+        DType::BF16 => half::bf16::MAX.to_f64(),
+        DType::F32 => f32::MAX as f64,
+        _ => f64::MAX,
+    }
+}
+
+// ------------------------------------------------------------------- normal
+
+/// `mean + std * z` for standard normal `z`, in `d` (computed in opmath).
+/// Elements whose `std` is negative are NaN, and a check reports them.
+fn normal_tensors(cx: &mut Cx, mean: Option<V>, std: Option<V>, mean_f: f64, std_f: f64, d: DType) -> Result<V> {
+    check_float(cx, d)?;
+    let e = compute_elem(d);
+    let shapes: Vec<Vec<i64>> = [mean, std].iter().flatten().map(|v| cx.dims(*v)).collect();
+    let refs: Vec<&[i64]> = shapes.iter().map(|s| s.as_slice()).collect();
+    let dims = shape::broadcast_all(&cx.op, &refs)?;
+    let z = standard_normal(cx, &dims, e == Elem::F64);
+    let sd = match std {
+        Some(s) => {
+            let s = cx.f.convert(s, e);
+            cx.f.broadcast_to(s, &dims)
+        }
+        None => cx.f.full_like(z, std_f),
+    };
+    let mu = match mean {
+        Some(m) => {
+            let m = cx.f.convert(m, e);
+            cx.f.broadcast_to(m, &dims)
+        }
+        None => cx.f.full_like(z, mean_f),
+    };
+    let y = cx.f.mul(z, sd);
+    let mut y = cx.f.add(y, mu);
+    if std.is_some() {
+        let zero = cx.f.full_like(sd, 0.0);
+        // NaN std fails the check too (it is not >= 0).
+        let ok = cx.f.compare(Cmp::Ge, sd, zero);
+        let nan = cx.f.full_like(y, f64::NAN);
+        y = cx.f.select(ok, y, nan);
+        cx.check_values(ok, "normal expects all elements of std >= 0.0");
+    }
+    Ok(cx.f.convert(y, d))
+}
+
+fn check_std(cx: &Cx, std: f64) -> Result<()> {
+    if !(std >= 0.0) {
+        bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
+    }
+    Ok(())
+}
+
+fn register_normal(r: &mut Builder) {
+    const G: &str = "*, Generator? generator=None";
+    // The result takes the dtype of the tensor mean (of std when only it is
+    // a tensor), as PyTorch's `empty_like(mean)`.
+    r.op(&format!("aten::normal.Tensor_float(Tensor mean, float std=1, {G}) -> Tensor"), |cx, a| {
+        let (mean, std) = (a.tensor(0)?, a.float(1)?);
+        check_std(cx, std)?;
+        let d = cx.dtype(mean);
+        Ok(vec![normal_tensors(cx, Some(mean), None, 0.0, std, d)?])
+    });
+    r.op(&format!("aten::normal.float_Tensor(float mean, Tensor std, {G}) -> Tensor"), |cx, a| {
+        let (mean, std) = (a.float(0)?, a.tensor(1)?);
+        let d = cx.dtype(std);
+        Ok(vec![normal_tensors(cx, None, Some(std), mean, 1.0, d)?])
+    });
+    r.op(&format!("aten::normal.Tensor_Tensor(Tensor mean, Tensor std, {G}) -> Tensor"), |cx, a| {
+        let (mean, std) = (a.tensor(0)?, a.tensor(1)?);
+        let d = cx.dtype(mean);
+        Ok(vec![normal_tensors(cx, Some(mean), Some(std), 0.0, 1.0, d)?])
+    });
+    r.op(
+        &format!(
+            "aten::normal.float_float(float mean, float std, SymInt[] size, *, Generator? generator=None, {}) -> Tensor",
+            super::creation::FACTORY
+        ),
+        |cx, a| {
+            let (mean, std, size) = (a.float(0)?, a.float(1)?, a.ints(2)?);
+            super::creation::check_size(cx, size)?;
+            check_std(cx, std)?;
+            let d = a.opt_dtype(4).unwrap_or(DType::DEFAULT_FLOAT);
+            let size = size.to_vec();
+            check_float(cx, d)?;
+            let z = standard_normal(cx, &size, d == DType::F64);
+            let (sd, mu) = (cx.f.full_like(z, std), cx.f.full_like(z, mean));
+            let y = cx.f.mul(z, sd);
+            let y = cx.f.add(y, mu);
+            Ok(vec![cx.f.convert(y, d)])
+        },
+    );
+}
+
+// ------------------------------------------------------------------ random_
+
+/// `v` rounded to float dtype `d` and back (as C++ casts do: through f32 for
+/// the half types).
+fn through_float(v: i64, d: DType) -> i64 {
+    match d {
+        DType::F16 => half::f16::from_f32(v as f32).to_f32() as i64,
+        DType::BF16 => half::bf16::from_f32(v as f32).to_f32() as i64,
+        DType::F32 => (v as f32) as i64,
+        _ => (v as f64) as i64,
+    }
+}
+
+/// The step between neighbouring values of float dtype `d` near `v` (for
+/// `|v| >= 2^digits`), PyTorch's `1 << (log2(|v|) - digits + 1)`.
+fn float_step(v: i64, d: DType) -> i64 {
+    let n = 63 - v.unsigned_abs().leading_zeros() as i32;
+    1i64 << (n - digits(d) + 1).max(0)
+}
+
+/// PyTorch's `update_from`: the smallest `from` that stays `>= from` after
+/// rounding to `d`.
+fn update_from(from: i64, d: DType) -> i64 {
+    let plus_1 = through_float(from.saturating_add(1), d);
+    if plus_1 < from {
+        plus_1 + float_step(from.saturating_add(1), d)
+    } else {
+        from
+    }
+}
+
+/// PyTorch's `update_to`: the largest `to` whose `to - 1` stays `< to`
+/// after rounding to `d`.
+fn update_to(to: i64, d: DType) -> i64 {
+    let minus_1 = through_float(to.saturating_sub(1), d);
+    if minus_1 >= to {
+        minus_1 - float_step(to.saturating_sub(1), d)
+    } else {
+        to
+    }
+}
+
+/// PyTorch's `check_from_to_in_range`: both ends representable in `d`.
+fn check_from_to(cx: &Cx, d: DType, from: i64, to_inc: i64) -> Result<()> {
+    let (from_ok, to_ok) = if d.is_float() {
+        let m = float_limits(d);
+        ((-m..=m).contains(&(from as f64)), (-m..=m).contains(&(to_inc as f64)))
+    } else {
+        let (lo, hi) = int_limits(d);
+        ((lo..=hi).contains(&from), (lo..=hi).contains(&to_inc))
+    };
+    if !from_ok {
+        bail_op!(&*cx.op, "from is out of bounds for {d} (from={from})");
+    }
+    if !to_ok {
+        bail_op!(&*cx.op, "to - 1 is out of bounds for {d} (to - 1={to_inc})");
+    }
+    Ok(())
+}
+
+/// The whole of int64: `random_.from(from=int64 min, to=None)`.
+const FULL_RANGE: u128 = 1 << 64;
+
+/// `(from, range)` of `random_.from(from, to)` on a tensor of `d`, with
+/// PyTorch's checks: `[from, to)`, or `[from, max of d]` without `to` (for
+/// floats `2^digits`, the last integer every smaller one is exact below);
+/// the range is [`FULL_RANGE`] from int64's min without `to`.
+pub(super) fn random_bounds(cx: &Cx, d: DType, from: i64, to: Option<i64>) -> Result<(i64, u128)> {
+    match to {
+        Some(to) => {
+            if from >= to {
+                bail_op!(&*cx.op, "random_ expects 'from' to be less than 'to', but got from={from} >= to={to}");
+            }
+            let (from, to) = if d.is_float() { (update_from(from, d), update_to(to, d)) } else { (from, to) };
+            if from >= to {
+                bail_op!(
+                    &*cx.op,
+                    "random_ expects 'from' casted to dtype to be less than 'to' casted to dtype, but got from={from} >= to={to}"
+                );
+            }
+            check_from_to(cx, d, from, to - 1)?;
+            Ok((from, (to as i128 - from as i128) as u128))
+        }
+        None if from != i64::MIN => {
+            let (from, to_inc) = if d.is_float() {
+                let to_inc = 1i64 << digits(d);
+                let from = update_from(from, d);
+                if from >= to_inc {
+                    bail_op!(
+                        &*cx.op,
+                        "random_ expects 'from' casted to dtype to be less than or equal to 'to_inc' casted to dtype, but got from={from} > to_inc={to_inc}"
+                    );
+                }
+                (from, to_inc)
+            } else {
+                (from, int_limits(d).1)
+            };
+            check_from_to(cx, d, from, to_inc)?;
+            Ok((from, (to_inc as i128 - from as i128 + 1) as u128))
+        }
+        None => {
+            if !matches!(d, DType::I64 | DType::F64 | DType::F32 | DType::BF16) {
+                return Err(Error::UnsupportedDType {
+                    op: cx.op.to_string(),
+                    dtype: d.to_string(),
+                    detail: " (random_ over the whole int64 range fills int64, float64, float32 and bfloat16 only)".into(),
+                });
+            }
+            Ok((i64::MIN, FULL_RANGE))
+        }
+    }
+}
+
+/// The range of a bare `random_()`: `[0, max]` for integers, `{0, 1}` for
+/// bool and `[0, 2^digits]` for floats (every integer there is exact).
+fn default_range(d: DType) -> u128 {
+    if d.is_float() {
+        (1u128 << digits(d)) + 1
+    } else {
+        int_limits(d).1 as u128 + 1
+    }
+}
+
+/// `from + (bits mod range)` as `d`, wrapping in int64, PyTorch's
+/// `random_from_to`: 32 random bits when the range is below 2^32, else 64;
+/// [`FULL_RANGE`] takes the 64 bits as they are.
+pub(super) fn random_range(cx: &mut Cx, dims: &[i64], d: DType, from: i64, range: u128) -> V {
+    let i64s = Ty::new(Elem::I64, dims);
+    if range == FULL_RANGE {
+        let bits = random_bits(cx, Elem::U64, dims);
+        let v = cx.f.bitcast_convert(bits, Elem::I64);
+        return cx.f.convert(v, d);
+    }
+    let elem = if range >= 1 << 32 { Elem::U64 } else { Elem::U32 };
+    let bits = random_bits(cx, elem, dims);
+    let bits = cx.f.convert(bits, Elem::U64);
+    // Ranges past i64::MAX are spelled through their bit pattern.
+    let r = cx.f.splat_int(&i64s, range as u64 as i64);
+    let r = cx.f.bitcast_convert(r, Elem::U64);
+    let k = cx.f.binary("stablehlo.remainder", bits, r);
+    let k = cx.f.bitcast_convert(k, Elem::I64);
+    let lo = cx.f.splat_int(&i64s, from);
+    let v = cx.f.add(k, lo);
+    cx.f.convert(v, d)
+}
+
+fn register_random(r: &mut Builder) {
+    r.op_and_inplace("aten::random(Tensor self, *, Generator? generator=None) -> Tensor", |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        Ok(vec![random_range(cx, &dims, d, 0, default_range(d))])
+    });
+    r.op_and_inplace("aten::random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor", |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        let (from, range) = random_bounds(cx, d, a.int(1)?, a.opt_int(2))?;
+        Ok(vec![random_range(cx, &dims, d, from, range)])
+    });
+    r.op_and_inplace("aten::random.to(Tensor self, int to, *, Generator? generator=None) -> Tensor", |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        let (from, range) = random_bounds(cx, d, 0, Some(a.int(1)?))?;
+        Ok(vec![random_range(cx, &dims, d, from, range)])
+    });
+}
+
+// ----------------------------------------------------------------- samplers
+
+/// Exponential samples of rate `lambd`: `-log(u) / lambd`, never 0.
+fn exponential(cx: &mut Cx, dims: &[i64], d: DType, lambd: f64) -> Result<V> {
+    check_float(cx, d)?;
+    if !(lambd > 0.0) {
+        bail_op!(&*cx.op, "exponential_ expects lambda > 0.0, but found lambda={lambd}");
+    }
+    let u = uniform_open(cx, compute_elem(d), dims);
+    let l = cx.f.unary("stablehlo.log", u);
+    let l = cx.f.neg(l);
+    let rate = cx.f.full_like(l, lambd);
+    let x = cx.f.div(l, rate);
+    Ok(cx.f.convert(x, d))
+}
+
+/// Geometric samples (trials up to the first success, from 1):
+/// `ceil(log(u) / log1p(-p))`. Integer results saturate at their max.
+fn geometric(cx: &mut Cx, dims: &[i64], d: DType, p: f64) -> Result<V> {
+    if d == DType::Bool {
+        return Err(Error::UnsupportedDType { op: cx.op.to_string(), dtype: d.to_string(), detail: String::new() });
+    }
+    if !(p > 0.0 && p < 1.0) {
+        bail_op!(&*cx.op, "geometric_ expects p to be in (0, 1), but got p={p}");
+    }
+    let e = compute_elem(d);
+    let u = uniform_open(cx, e, dims);
+    let l = cx.f.unary("stablehlo.log", u);
+    let den = cx.f.full_like(l, (-p).ln_1p());
+    let q = cx.f.div(l, den);
+    let mut k = cx.f.unary("stablehlo.ceil", q);
+    // log(u) < 0 strictly, so k >= 1 unless the quotient underflows.
+    let one = cx.f.full_like(k, 1.0);
+    k = cx.f.max(k, one);
+    if !d.is_float() {
+        let top = cx.f.full_like(k, int_ceiling(d, e));
+        k = cx.f.min(k, top);
+    }
+    Ok(cx.f.convert(k, d))
+}
+
+/// Log-normal samples: `exp(mean + std * z)`.
+fn log_normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
+    check_float(cx, d)?;
+    if !(std > 0.0) {
+        bail_op!(&*cx.op, "log_normal_ expects std > 0.0, but found std={std}");
+    }
+    let z = standard_normal(cx, dims, d == DType::F64);
+    let (sd, mu) = (cx.f.full_like(z, std), cx.f.full_like(z, mean));
+    let y = cx.f.mul(z, sd);
+    let y = cx.f.add(y, mu);
+    let y = cx.f.unary("stablehlo.exponential", y);
+    Ok(cx.f.convert(y, d))
+}
+
+/// Cauchy samples: `median + sigma * tan(pi * (u - 1/2))`.
+fn cauchy(cx: &mut Cx, dims: &[i64], d: DType, median: f64, sigma: f64) -> Result<V> {
+    if !(sigma > 0.0) {
+        bail_op!(&*cx.op, "cauchy_ expects sigma > 0.0, but found sigma={sigma}");
+    }
+    check_float(cx, d)?;
+    let u = uniform_open(cx, compute_elem(d), dims);
+    let half = cx.f.full_like(u, 0.5);
+    let c = cx.f.sub(u, half);
+    let pi = cx.f.full_like(u, std::f64::consts::PI);
+    let angle = cx.f.mul(pi, c);
+    let t = cx.f.unary("stablehlo.tan", angle);
+    let (s, m) = (cx.f.full_like(t, sigma), cx.f.full_like(t, median));
+    let y = cx.f.mul(t, s);
+    let y = cx.f.add(y, m);
+    Ok(cx.f.convert(y, d))
+}
+
+fn register_samplers(r: &mut Builder) {
+    const G: &str = "*, Generator? generator=None";
+    r.op_and_inplace(&format!("aten::exponential(Tensor self, float lambd=1, {G}) -> Tensor"), |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        Ok(vec![exponential(cx, &dims, d, a.float(1)?)?])
+    });
+    r.op_and_inplace(&format!("aten::geometric(Tensor self, float p, {G}) -> Tensor"), |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        Ok(vec![geometric(cx, &dims, d, a.float(1)?)?])
+    });
+    r.op_and_inplace(&format!("aten::log_normal(Tensor self, float mean=1, float std=2, {G}) -> Tensor"), |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        Ok(vec![log_normal(cx, &dims, d, a.float(1)?, a.float(2)?)?])
+    });
+    r.op_and_inplace(&format!("aten::cauchy(Tensor self, float median=0, float sigma=1, {G}) -> Tensor"), |cx, a| {
+        let (dims, d) = self_of(cx, a)?;
+        Ok(vec![cauchy(cx, &dims, d, a.float(1)?, a.float(2)?)?])
+    });
+}
+
+// -------------------------------------------------------------- multinomial
+
+/// Elements `idx` (int64, any shape) of the 1-D `table`.
+fn take_flat(cx: &mut Cx, table: V, idx: V) -> V {
+    let out = cx.dims(idx);
+    let n = shape::numel(&out);
+    let flat = cx.f.reshape(idx, &[n, 1]);
+    let g = cx.f.gather(table, flat, &[], &[0], &[0], 1, &[1], &[n]);
+    cx.f.reshape(g, &out)
+}
+
+/// `n` draws per row of the `[rows, k]` weights `p` (compute type), each
+/// without replacement of the ones before: the `n` largest of
+/// `log p + Gumbel noise` (the exponential race of PyTorch's kernel), in
+/// the order drawn. A zero weight's key is -inf, below every nonzero one.
+fn race(cx: &mut Cx, p: V, n: i64) -> V {
+    let dims = cx.dims(p);
+    let e = cx.ty(p).elem;
+    let u = uniform_open(cx, e, &dims);
+    let l = cx.f.unary("stablehlo.log", u);
+    let l = cx.f.neg(l);
+    let gumbel = cx.f.unary("stablehlo.log", l);
+    let logp = cx.f.unary("stablehlo.log", p);
+    let key = cx.f.sub(logp, gumbel);
+    if n == 1 {
+        let (_, i) = super::reduce::arg_extreme(cx, key, 1, true);
+        return cx.f.reshape(i, &[dims[0], 1]);
+    }
+    let idx = cx.f.iota(&Ty::new(Elem::I64, &dims), 1);
+    let (_, order) = super::sort::sort_with(cx, key, idx, 1, true);
+    cx.f.slice_dim(order, 1, 0, n, 1)
+}
+
+/// `n` independent draws per row of the `[rows, k]` weights `p` by inverse
+/// CDF: the first category whose cumulative weight exceeds `u * total`, by
+/// binary search. A category of weight 0 is never drawn, whatever the
+/// rounding of the sums: a draw that lands on one moves to the next nonzero
+/// category (the last nonzero one past the end).
+fn inverse_cdf(cx: &mut Cx, p: V, n: i64) -> V {
+    let dims = cx.dims(p);
+    let (rows, k) = (dims[0], dims[1]);
+    let e = cx.ty(p).elem;
+    let i64s = |d: &[i64]| Ty::new(Elem::I64, d);
+    let cdf = super::reduce::scan(cx, p, 1, Reducer::Add);
+    let total = cx.f.slice_dim(cdf, 1, k - 1, k, 1);
+    let total = cx.f.broadcast_in_dim(total, &[0, 1], &[rows, n]);
+    let u = uniform01(cx, if e == Elem::F64 { 53 } else { 24 }, &[rows, n]);
+    let t = cx.f.mul(u, total);
+    let cdf_flat = cx.f.reshape(cdf, &[rows * k]);
+    // Row offsets into the flattened tables.
+    let row = cx.f.iota(&i64s(&[rows, n]), 0);
+    let kk = cx.f.splat_int(&i64s(&[rows, n]), k);
+    let base = cx.f.mul(row, kk);
+    let mut lo = cx.f.splat_int(&i64s(&[rows, n]), 0);
+    let mut hi = cx.f.splat_int(&i64s(&[rows, n]), k - 1);
+    let one = cx.f.splat_int(&i64s(&[rows, n]), 1);
+    let two = cx.f.splat_int(&i64s(&[rows, n]), 2);
+    // Invariant: the answer lies in [lo, hi]; each step halves the interval.
+    let steps = 64 - ((k - 1) as u64).leading_zeros();
+    for _ in 0..steps {
+        let s = cx.f.add(lo, hi);
+        let mid = cx.f.div(s, two);
+        let at = cx.f.add(base, mid);
+        let c = take_flat(cx, cdf_flat, at);
+        let above = cx.f.compare(Cmp::Gt, c, t);
+        let mid1 = cx.f.add(mid, one);
+        hi = cx.f.select(above, mid, hi);
+        lo = cx.f.select(above, lo, mid1);
+    }
+    // next[j]: the first nonzero category at or after j (k if none), by a
+    // reversed running min; last: the last nonzero category (-1 if none).
+    let zero = cx.f.full_like(p, 0.0);
+    let nonzero = cx.f.compare(Cmp::Gt, p, zero);
+    let j = cx.f.iota(&i64s(&dims), 1);
+    let none = cx.f.splat_int(&i64s(&dims), k);
+    let at_j = cx.f.select(nonzero, j, none);
+    let rev = cx.f.reverse(at_j, &[1]);
+    let next = super::reduce::scan(cx, rev, 1, Reducer::Min);
+    let next = cx.f.reverse(next, &[1]);
+    let minus1 = cx.f.splat_int(&i64s(&dims), -1);
+    let at_j = cx.f.select(nonzero, j, minus1);
+    let init = cx.f.splat_int(&Ty::scalar(Elem::I64), -1);
+    let last = cx.f.reduce(at_j, init, &[1], Reducer::Max);
+    let last = cx.f.broadcast_in_dim(last, &[0], &[rows, n]);
+    let pick = cx.f.min(lo, last);
+    // Rows without a nonzero weight (which the checks report) give -1.
+    let zero_i = cx.f.splat_int(&i64s(&[rows, n]), 0);
+    let pick0 = cx.f.max(pick, zero_i);
+    let at = cx.f.add(base, pick0);
+    let next_flat = cx.f.reshape(next, &[rows * k]);
+    let moved = take_flat(cx, next_flat, at);
+    let valid = cx.f.compare(Cmp::Ge, last, zero_i);
+    let minus1 = cx.f.splat_int(&i64s(&[rows, n]), -1);
+    cx.f.select(valid, moved, minus1)
+}
+
+/// Reports rows of the `[rows, k]` weights that are not a distribution, as
+/// PyTorch's kernels do: an inf, NaN or negative weight, or a zero sum.
+fn check_distribution(cx: &mut Cx, p: V) {
+    let dims = cx.dims(p);
+    let zero = cx.f.full_like(p, 0.0);
+    let nonneg = cx.f.compare(Cmp::Ge, p, zero);
+    let finite = cx.f.unary_to("stablehlo.is_finite", p, Elem::Pred);
+    let ok = cx.f.and(nonneg, finite);
+    cx.check_values(ok, "probability tensor contains either `inf`, `nan` or element < 0");
+    let init = cx.f.splat(&Ty::scalar(cx.ty(p).elem), 0.0);
+    let sum = cx.f.reduce(p, init, &[1], Reducer::Add);
+    let zero = cx.f.splat(&Ty::new(cx.ty(p).elem, &[dims[0]]), 0.0);
+    // NaN sums are reported by the first check.
+    let bad = cx.f.compare(Cmp::Le, sum, zero);
+    let ok = cx.f.not(bad);
+    cx.check_values(ok, "invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+fn multinomial(cx: &mut Cx, p: V, n: i64, replacement: bool) -> Result<V> {
+    let dims = cx.dims(p);
+    let d = cx.dtype(p);
+    if !(1..=2).contains(&dims.len()) {
+        bail_op!(&*cx.op, "prob_dist must be 1 or 2 dim (got shape {})", shape::fmt(&dims));
+    }
+    if !d.is_float() {
+        bail_op!(&*cx.op, "multinomial only supports floating-point dtypes for input, got: {d}");
+    }
+    if n <= 0 {
+        bail_op!(&*cx.op, "cannot sample n_sample <= 0 samples");
+    }
+    let k = dims[dims.len() - 1];
+    if !replacement && n > k {
+        bail_op!(
+            &*cx.op,
+            "cannot sample n_sample > prob_dist.size(-1) samples without replacement (n_sample={n}, size(-1)={k})"
+        );
+    }
+    if k > 1 << 24 {
+        bail_op!(&*cx.op, "number of categories cannot exceed 2^24 (got {k})");
+    }
+    if k == 0 {
+        bail_op!(&*cx.op, "cannot sample from a distribution of no categories (prob_dist shape {})", shape::fmt(&dims));
+    }
+    let rows = if dims.len() == 2 { dims[0] } else { 1 };
+    let out: Vec<i64> = if dims.len() == 2 { vec![rows, n] } else { vec![n] };
+    if rows == 0 {
+        return Ok(cx.f.splat_int(&Ty::new(Elem::I64, &out), 0));
+    }
+    let pc = cx.f.convert(p, compute_elem(d));
+    let pc = cx.f.reshape(pc, &[rows, k]);
+    check_distribution(cx, pc);
+    // One draw per sample and row is the race too, and it is cheaper.
+    let s = if !replacement || n == 1 { race(cx, pc, n) } else { inverse_cdf(cx, pc, n) };
+    Ok(cx.f.reshape(s, &out))
+}
+
+fn register_multinomial(r: &mut Builder) {
+    r.op(
+        "aten::multinomial(Tensor self, SymInt num_samples, bool replacement=False, *, Generator? generator=None) -> Tensor",
+        |cx, a| Ok(vec![multinomial(cx, a.tensor(0)?, a.int(1)?, a.bool(2)?)?]),
+    );
+}
+
+// ------------------------------------------------------------------ poisson
+
+fn register_poisson(_r: &mut Builder) {}
