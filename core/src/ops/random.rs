@@ -601,4 +601,149 @@ fn register_multinomial(r: &mut Builder) {
 
 // ------------------------------------------------------------------ poisson
 
-fn register_poisson(_r: &mut Builder) {}
+/// Loop iterations `poisson` allows itself. Every element of a valid rate
+/// finishes long before: a rate below 10 needs about rate + 1 iterations,
+/// and each try of the rejection sampler succeeds with odds above 0.85.
+const POISSON_MAX_ITERS: i64 = 1024;
+
+/// Poisson samples of the rates `rates` (f64 inside), by PyTorch's CPU
+/// algorithms: below 10 the product of uniforms (Knuth), from 10 the
+/// transformed rejection of Hörmann (1993). One `stablehlo.while` runs them
+/// for every element until all are done, drawing two uniforms per element
+/// per iteration from the state it carries. A rate of 0 gives 0 and of inf
+/// gives inf; a negative or NaN one gives NaN, which a check reports.
+fn poisson(cx: &mut Cx, rates: V) -> Result<V> {
+    let d = cx.dtype(rates);
+    check_float(cx, d)?;
+    let dims = cx.dims(rates);
+    let n = shape::numel(&dims);
+    let t = Ty::new(Elem::F64, &[n]);
+    let pred = Ty::new(Elem::Pred, &[n]);
+    let lam = cx.f.convert(rates, Elem::F64);
+    let lam = cx.f.reshape(lam, &[n]);
+    let zero = cx.f.splat(&t, 0.0);
+    let valid = cx.f.compare(Cmp::Ge, lam, zero);
+    cx.check_values(valid, "invalid Poisson rate, expected rate to be non-negative");
+    let inf = cx.f.splat(&t, f64::INFINITY);
+    let is_inf = cx.f.compare(Cmp::Eq, lam, inf);
+    let is_zero = cx.f.compare(Cmp::Eq, lam, zero);
+    let invalid = cx.f.not(valid);
+    let done = cx.f.or(invalid, is_zero);
+    let done = cx.f.or(done, is_inf);
+    let nan = cx.f.splat(&t, f64::NAN);
+    let x = cx.f.select(is_inf, inf, zero);
+    let x = cx.f.select(valid, x, nan);
+    let prod = cx.f.splat(&t, 1.0);
+    let state = cx.rng_state();
+    let it = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
+    let tys = [cx.ty(state).clone(), t.clone(), t.clone(), pred.clone(), t.clone(), Ty::scalar(Elem::I64)];
+    // Carried: state, rates, counts, done, Knuth's running product, iterations.
+    let cond = cx.f.region(&tys, |f, a| {
+        let undone = f.not(a[3]);
+        let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
+        let any = f.reduce(undone, no, &[0], Reducer::Or);
+        let cap = f.splat_int(&Ty::scalar(Elem::I64), POISSON_MAX_ITERS);
+        let more = f.compare(Cmp::Lt, a[5], cap);
+        vec![f.and(any, more)]
+    });
+    let body = cx.f.region(&tys, |f, a| {
+        let (state, lam, x, done, prod, it) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        let c = |f: &mut crate::hlo::Func, v: f64| f.splat(&Ty::new(Elem::F64, &[n]), v);
+        // Two uniforms in [0, 1) per element, from the top 53 bits.
+        let (state, bits) = f.rng_bit_generator(state, &Ty::new(Elem::U64, &[2, n]));
+        let eleven = f.splat_int(&Ty::new(Elem::U64, &[2, n]), 11);
+        let top = f.binary("stablehlo.shift_right_logical", bits, eleven);
+        let u = f.convert(top, Elem::F64);
+        let scale = f.splat(&Ty::new(Elem::F64, &[2, n]), (-53f64).exp2());
+        let u = f.mul(u, scale);
+        let u0 = f.slice_dim(u, 0, 0, 1, 1);
+        let u0 = f.reshape(u0, &[n]);
+        let v = f.slice_dim(u, 0, 1, 2, 1);
+        let v = f.reshape(v, &[n]);
+        // Knuth: count uniforms while their product stays above exp(-rate).
+        let neg = f.neg(lam);
+        let enlam = f.unary("stablehlo.exponential", neg);
+        let prod2 = f.mul(prod, u0);
+        let go_on = f.compare(Cmp::Gt, prod2, enlam);
+        let one = c(f, 1.0);
+        let x_plus = f.add(x, one);
+        let small_x = f.select(go_on, x_plus, x);
+        let small_done = f.not(go_on);
+        // Hörmann's transformed rejection.
+        let slam = f.unary("stablehlo.sqrt", lam);
+        let loglam = f.unary("stablehlo.log", lam);
+        let (k253, k0931) = (c(f, 2.53), c(f, 0.931));
+        let b = f.mul(k253, slam);
+        let b = f.add(b, k0931);
+        let (k02483, k0059) = (c(f, 0.02483), c(f, -0.059));
+        let a_ = f.mul(k02483, b);
+        let a_ = f.add(a_, k0059);
+        let (k34, k11328, k11239) = (c(f, 3.4), c(f, 1.1328), c(f, 1.1239));
+        let bm = f.sub(b, k34);
+        let q = f.div(k11328, bm);
+        let invalpha = f.add(k11239, q);
+        let (k2, k36224, k09277) = (c(f, 2.0), c(f, 3.6224), c(f, 0.9277));
+        let bm = f.sub(b, k2);
+        let q = f.div(k36224, bm);
+        let vr = f.sub(k09277, q);
+        let half = c(f, 0.5);
+        let uu = f.sub(u0, half);
+        let au = f.unary("stablehlo.abs", uu);
+        let us = f.sub(half, au);
+        let two_a = f.mul(k2, a_);
+        let r = f.div(two_a, us);
+        let r = f.add(r, b);
+        let r = f.mul(r, uu);
+        let r = f.add(r, lam);
+        let k043 = c(f, 0.43);
+        let r = f.add(r, k043);
+        let k = f.unary("stablehlo.floor", r);
+        let k007 = c(f, 0.07);
+        let us_big = f.compare(Cmp::Ge, us, k007);
+        let v_small = f.compare(Cmp::Le, v, vr);
+        let quick = f.and(us_big, v_small);
+        let zero = c(f, 0.0);
+        let k_neg = f.compare(Cmp::Lt, k, zero);
+        let k0013 = c(f, 0.013);
+        let us_tiny = f.compare(Cmp::Lt, us, k0013);
+        let v_big = f.compare(Cmp::Gt, v, us);
+        let squeeze = f.and(us_tiny, v_big);
+        let reject = f.or(k_neg, squeeze);
+        let logv = f.unary("stablehlo.log", v);
+        let logia = f.unary("stablehlo.log", invalpha);
+        let us2 = f.mul(us, us);
+        let t = f.div(a_, us2);
+        let t = f.add(t, b);
+        let logt = f.unary("stablehlo.log", t);
+        let lhs = f.add(logv, logia);
+        let lhs = f.sub(lhs, logt);
+        let k1 = f.add(k, one);
+        let lg = f.unary("chlo.lgamma", k1);
+        let kl = f.mul(k, loglam);
+        let rhs = f.sub(kl, lam);
+        let rhs = f.sub(rhs, lg);
+        let fits = f.compare(Cmp::Le, lhs, rhs);
+        let keep = f.not(reject);
+        let slow = f.and(keep, fits);
+        let accept = f.or(quick, slow);
+        let large_x = f.select(accept, k, x);
+        // Each element takes its own method; finished ones keep their count.
+        let ten = c(f, 10.0);
+        let large = f.compare(Cmp::Ge, lam, ten);
+        let new_x = f.select(large, large_x, small_x);
+        let new_done = f.select(large, accept, small_done);
+        let x = f.select(done, x, new_x);
+        let new_done = f.or(done, new_done);
+        let prod = f.select(done, prod, prod2);
+        let step = f.splat_int(&Ty::scalar(Elem::I64), 1);
+        let it = f.add(it, step);
+        vec![state, lam, x, new_done, prod, it]
+    });
+    let out = cx.f.op("stablehlo.while", &[state, lam, x, done, prod, it], &[cond, body], "", &tys);
+    let x = cx.f.reshape(out[2], &dims);
+    Ok(cx.f.convert(x, d))
+}
+
+fn register_poisson(r: &mut Builder) {
+    r.op("aten::poisson(Tensor self, Generator? generator=None) -> Tensor", |cx, a| Ok(vec![poisson(cx, a.tensor(0)?)?]));
+}
