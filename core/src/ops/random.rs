@@ -7,8 +7,8 @@
 //!
 //! Continuous samplers compute in f32 (f64 for f64 results) from uniforms
 //! in the open interval (0, 1), so no transform meets log(0) or tan(±π/2):
-//! an exponential sample is never 0 (as on CUDA) and a geometric one never
-//! below 1.
+//! an exponential sample is never 0 before rounding to its dtype (as on
+//! CUDA) and a geometric one never below 1.
 //!
 //! Errors that depend on values, not shapes (a negative std element, a
 //! probability row that is not a distribution), are device-side checks
@@ -59,16 +59,15 @@ fn self_of(cx: &Cx, a: &Args) -> Result<(Vec<i64>, DType)> {
 }
 
 /// The largest value of compute type `elem` that converts to an integer of
-/// dtype `d` without overflow (`max` itself may round up in f32).
+/// dtype `d` without overflow (`max` itself may round up in f32 and f64).
 fn int_ceiling(d: DType, elem: Elem) -> f64 {
-    let (_, max) = int_limits(d);
+    let max = int_limits(d).1;
     if elem == Elem::F32 {
         let f = max as f32;
-        let f = if f as f64 > max as f64 { f32::from_bits(f.to_bits() - 1) } else { f };
-        f as f64
+        (if f as i128 > max as i128 { f32::from_bits(f.to_bits() - 1) } else { f }) as f64
     } else {
         let f = max as f64;
-        if f > max as f64 || f >= 9.223372036854775807e18 {
+        if f as i128 > max as i128 {
             f64::from_bits(f.to_bits() - 1)
         } else {
             f
@@ -137,7 +136,7 @@ fn normal_tensors(cx: &mut Cx, mean: Option<V>, std: Option<V>, mean_f: f64, std
 }
 
 fn check_std(cx: &Cx, std: f64) -> Result<()> {
-    if !(std >= 0.0) {
+    if std.is_nan() || std < 0.0 {
         bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
     }
     Ok(())
@@ -352,7 +351,7 @@ fn register_random(r: &mut Builder) {
 /// Exponential samples of rate `lambd`: `-log(u) / lambd`, never 0.
 fn exponential(cx: &mut Cx, dims: &[i64], d: DType, lambd: f64) -> Result<V> {
     check_float(cx, d)?;
-    if !(lambd > 0.0) {
+    if lambd.is_nan() || lambd <= 0.0 {
         bail_op!(&*cx.op, "exponential_ expects lambda > 0.0, but found lambda={lambd}");
     }
     let u = uniform_open(cx, compute_elem(d), dims);
@@ -391,7 +390,7 @@ fn geometric(cx: &mut Cx, dims: &[i64], d: DType, p: f64) -> Result<V> {
 /// Log-normal samples: `exp(mean + std * z)`.
 fn log_normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
     check_float(cx, d)?;
-    if !(std > 0.0) {
+    if std.is_nan() || std <= 0.0 {
         bail_op!(&*cx.op, "log_normal_ expects std > 0.0, but found std={std}");
     }
     let z = standard_normal(cx, dims, d == DType::F64);
@@ -404,7 +403,7 @@ fn log_normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Resul
 
 /// Cauchy samples: `median + sigma * tan(pi * (u - 1/2))`.
 fn cauchy(cx: &mut Cx, dims: &[i64], d: DType, median: f64, sigma: f64) -> Result<V> {
-    if !(sigma > 0.0) {
+    if sigma.is_nan() || sigma <= 0.0 {
         bail_op!(&*cx.op, "cauchy_ expects sigma > 0.0, but found sigma={sigma}");
     }
     check_float(cx, d)?;
