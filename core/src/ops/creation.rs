@@ -368,12 +368,18 @@ pub(super) fn standard_normal(cx: &mut Cx, dims: &[i64], f64: bool) -> V {
     cx.f.mul(radius, c)
 }
 
-/// Normal samples of `dtype`, computed in f32 (f64 for f64).
-fn normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
-    check_float(cx, d)?;
-    if std < 0.0 {
+/// PyTorch's check of a scalar std (NaN fails it too).
+pub(super) fn check_std(cx: &Cx, std: f64) -> Result<()> {
+    if std.is_nan() || std < 0.0 {
         bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
     }
+    Ok(())
+}
+
+/// Normal samples of `dtype`, computed in f32 (f64 for f64).
+pub(super) fn normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
+    check_float(cx, d)?;
+    check_std(cx, std)?;
     let z = standard_normal(cx, dims, d == DType::F64);
     let z = if mean == 0.0 && std == 1.0 {
         z

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::shape;
 
-use super::creation::{check_float, digits, random_bits, standard_normal, uniform01};
+use super::creation::{check_float, check_std, digits, normal, random_bits, standard_normal, uniform01};
 use super::{Args, Builder, Cx};
 
 pub fn register(r: &mut Builder) {
@@ -135,13 +135,6 @@ fn normal_tensors(cx: &mut Cx, mean: Option<V>, std: Option<V>, mean_f: f64, std
     Ok(cx.f.convert(y, d))
 }
 
-fn check_std(cx: &Cx, std: f64) -> Result<()> {
-    if std.is_nan() || std < 0.0 {
-        bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
-    }
-    Ok(())
-}
-
 fn register_normal(r: &mut Builder) {
     const G: &str = "*, Generator? generator=None";
     // The result takes the dtype of the tensor mean (of std when only it is
@@ -170,15 +163,8 @@ fn register_normal(r: &mut Builder) {
         |cx, a| {
             let (mean, std, size) = (a.float(0)?, a.float(1)?, a.ints(2)?);
             super::creation::check_size(cx, size)?;
-            check_std(cx, std)?;
             let d = a.opt_dtype(4).unwrap_or(DType::DEFAULT_FLOAT);
-            let size = size.to_vec();
-            check_float(cx, d)?;
-            let z = standard_normal(cx, &size, d == DType::F64);
-            let (sd, mu) = (cx.f.full_like(z, std), cx.f.full_like(z, mean));
-            let y = cx.f.mul(z, sd);
-            let y = cx.f.add(y, mu);
-            Ok(vec![cx.f.convert(y, d)])
+            Ok(vec![normal(cx, size, d, mean, std)?])
         },
     );
 }
