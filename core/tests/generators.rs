@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use torchtpu_core::graph::FlushReason;
 use torchtpu_core::runtime::set_thread_mode;
-use torchtpu_core::{Code, ExecMode, Generator, Runtime, Value};
+use torchtpu_core::{Code, ExecMode, Generator, Runtime, Tensor, Value};
 
 const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
 
@@ -219,4 +219,73 @@ fn generator_arguments_are_checked() {
         let x = rt.call1("aten::rand.generator", &[Value::IntList(vec![2]), (&g1).into()]).unwrap();
         assert_eq!((x.device(), g1.state()), (0, (8, 1)));
     }
+}
+
+/// The samplers of `ops::random` (each op with its generator as the last
+/// argument): one draw per call from the given generator, the device default
+/// untouched, the same values for the same seed and in every mode.
+#[test]
+fn samplers_draw_once_from_their_generator() {
+    type Draw = fn(&Arc<Runtime>, Value) -> Tensor;
+    let ops: Vec<(&str, Draw)> = vec![
+        ("normal.Tensor_float", |rt, g| {
+            let m = rt.call1("aten::zeros", &[Value::IntList(vec![32])]).unwrap();
+            rt.call1("aten::normal.Tensor_float", &[m.into(), 2.0.into(), g]).unwrap()
+        }),
+        ("normal.float_float", |rt, g| {
+            rt.call1("aten::normal.float_float", &[1.0.into(), 2.0.into(), Value::IntList(vec![32]), g]).unwrap()
+        }),
+        ("random_.from", |rt, g| {
+            let t = rt.call1("aten::zeros", &[Value::IntList(vec![32])]).unwrap();
+            rt.call1("aten::random_.from", &[t.into(), (-4).into(), Value::Int(9), g]).unwrap()
+        }),
+        ("exponential_", |rt, g| {
+            let t = rt.call1("aten::zeros", &[Value::IntList(vec![32])]).unwrap();
+            rt.call1("aten::exponential_", &[t.into(), 1.5.into(), g]).unwrap()
+        }),
+        ("multinomial", |rt, g| {
+            let w = f32s(rt, &[1.0, 0.0, 2.0, 5.0], &[4]);
+            rt.call1("aten::multinomial", &[w.into(), 16.into(), true.into(), g]).unwrap()
+        }),
+        ("poisson", |rt, g| {
+            let r = f32s(rt, &[0.5, 3.0, 12.0, 400.0], &[4]);
+            rt.call1("aten::poisson", &[r.into(), g]).unwrap()
+        }),
+    ];
+    let mut per_mode: Vec<Vec<Vec<u8>>> = Vec::new();
+    each_mode(|rt, mode| {
+        let mut firsts = Vec::new();
+        for (name, draw) in &ops {
+            let g = rt.new_generator(0, 42).unwrap();
+            let before = rt.rng_state(0).unwrap();
+            let a = rt.tensor_to_host(&draw(rt, (&g).into())).unwrap();
+            let b = rt.tensor_to_host(&draw(rt, (&g).into())).unwrap();
+            assert_eq!(g.state(), (42, 2), "{name} {mode:?}: one draw per call");
+            assert_eq!(rt.rng_state(0).unwrap(), before, "{name} {mode:?}: the default is untouched");
+            assert_ne!(a, b, "{name} {mode:?}");
+            g.manual_seed(42);
+            assert_eq!(rt.tensor_to_host(&draw(rt, (&g).into())).unwrap(), a, "{name} {mode:?}");
+            firsts.push(a);
+        }
+        per_mode.push(firsts);
+    });
+    assert!(per_mode.windows(2).all(|w| w[0] == w[1]), "values depend on the mode");
+}
+
+/// A check of values (a negative probability) fails as an invalid argument
+/// at the next read, naming the op; the runtime stays usable.
+#[test]
+fn value_checks_report_invalid_arguments() {
+    each_mode(|rt, mode| {
+        let w = f32s(rt, &[1.0, -1.0, 2.0], &[3]);
+        let e = rt
+            .call1("aten::multinomial", &[w.into(), 2.into(), true.into()])
+            .and_then(|t| rt.tensor_to_host(&t))
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{mode:?}: {e}");
+        assert!(e.to_string().contains("aten::multinomial: probability tensor contains either"), "{e}");
+        let w = f32s(rt, &[1.0, 0.0, 2.0], &[3]);
+        let x = rt.call1("aten::multinomial", &[w.into(), 64.into(), true.into()]).unwrap();
+        assert!(host_i64(rt, &x).iter().all(|&k| k == 0 || k == 2), "{mode:?}");
+    });
 }

@@ -25,10 +25,10 @@ pub fn register(r: &mut Builder) {
 }
 
 /// The common keyword tail of factory ops.
-const FACTORY: &str = "ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None";
+pub(super) const FACTORY: &str = "ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None";
 
 /// Rejects negative sizes as PyTorch does.
-fn check_size(cx: &Cx, size: &[i64]) -> Result<()> {
+pub(super) fn check_size(cx: &Cx, size: &[i64]) -> Result<()> {
     if let Some(d) = size.iter().find(|&&d| d < 0) {
         bail_op!(&*cx.op, "Trying to create tensor with negative dimension {d}: {}", shape::fmt(size));
     }
@@ -287,7 +287,7 @@ fn register_ranges(r: &mut Builder) {
 // ------------------------------------------------------------------- random
 
 /// Random bits of `elem` (u32 or u64) and shape `dims` from a fresh state.
-fn random_bits(cx: &mut Cx, elem: Elem, dims: &[i64]) -> V {
+pub(super) fn random_bits(cx: &mut Cx, elem: Elem, dims: &[i64]) -> V {
     let state = cx.rng_state();
     cx.f.rng_bit_generator(state, &Ty::new(elem, dims)).1
 }
@@ -296,7 +296,7 @@ fn random_bits(cx: &mut Cx, elem: Elem, dims: &[i64]) -> V {
 /// `uniform_real_distribution` makes them: `k * 2^-digits` is exact in any
 /// type with `digits` mantissa bits, so no sample rounds up to 1. The result
 /// is f64 when `digits > 24`, f32 otherwise.
-fn uniform01(cx: &mut Cx, digits: i32, dims: &[i64]) -> V {
+pub(super) fn uniform01(cx: &mut Cx, digits: i32, dims: &[i64]) -> V {
     let (bits_elem, width, compute) = if digits > 24 { (Elem::U64, 64, Elem::F64) } else { (Elem::U32, 32, Elem::F32) };
     let bits = random_bits(cx, bits_elem, dims);
     let shift = cx.f.splat(&Ty::new(bits_elem, dims), (width - digits) as f64);
@@ -307,7 +307,7 @@ fn uniform01(cx: &mut Cx, digits: i32, dims: &[i64]) -> V {
 }
 
 /// Mantissa digits (with the implicit bit) of a float dtype.
-fn digits(d: DType) -> i32 {
+pub(super) fn digits(d: DType) -> i32 {
     match d {
         DType::F16 => 11,
         DType::BF16 => 8,
@@ -316,7 +316,7 @@ fn digits(d: DType) -> i32 {
     }
 }
 
-fn check_float(cx: &Cx, d: DType) -> Result<()> {
+pub(super) fn check_float(cx: &Cx, d: DType) -> Result<()> {
     if !d.is_float() {
         return Err(Error::UnsupportedDType {
             op: cx.op.to_string(),
@@ -345,13 +345,9 @@ fn uniform(cx: &mut Cx, dims: &[i64], d: DType, from: f64, to: f64) -> Result<V>
     Ok(cx.f.convert(u, d))
 }
 
-/// Normal samples of `dtype` by Box-Muller, computed in f32 (f64 for f64).
-fn normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
-    check_float(cx, d)?;
-    if std < 0.0 {
-        bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
-    }
-    let digits = if d == DType::F64 { 53 } else { 24 };
+/// Standard normal samples by Box-Muller, f32 (f64 when `f64`).
+pub(super) fn standard_normal(cx: &mut Cx, dims: &[i64], f64: bool) -> V {
+    let digits = if f64 { 53 } else { 24 };
     // Both uniforms from one draw: a leading dim of 2, split in two.
     let mut both = vec![2];
     both.extend_from_slice(dims);
@@ -369,7 +365,22 @@ fn normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V>
     let tau = cx.f.full_like(u2, std::f64::consts::TAU);
     let theta = cx.f.mul(tau, u2);
     let c = cx.f.unary("stablehlo.cosine", theta);
-    let z = cx.f.mul(radius, c);
+    cx.f.mul(radius, c)
+}
+
+/// PyTorch's check of a scalar std (NaN fails it too).
+pub(super) fn check_std(cx: &Cx, std: f64) -> Result<()> {
+    if std.is_nan() || std < 0.0 {
+        bail_op!(&*cx.op, "normal expects std >= 0.0, but found std {std}");
+    }
+    Ok(())
+}
+
+/// Normal samples of `dtype`, computed in f32 (f64 for f64).
+pub(super) fn normal(cx: &mut Cx, dims: &[i64], d: DType, mean: f64, std: f64) -> Result<V> {
+    check_float(cx, d)?;
+    check_std(cx, std)?;
+    let z = standard_normal(cx, dims, d == DType::F64);
     let z = if mean == 0.0 && std == 1.0 {
         z
     } else {
@@ -396,42 +407,13 @@ fn check_p(cx: &Cx, p: f64) -> Result<()> {
     Ok(())
 }
 
-/// Integers uniform in [low, high) as `dtype`.
+/// `randint`: integers uniform in [low, high) as `dtype`, which PyTorch
+/// defines as `empty(size, dtype).random_(low, high)`.
 fn randint(cx: &mut Cx, low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<V> {
     check_size(cx, size)?;
-    if low >= high {
-        bail_op!(&*cx.op, "random_ expects 'from' to be less than 'to', but got from={low} >= to={high}");
-    }
     let d = dtype.unwrap_or(DType::I64);
-    // Both ends of the range must fit the integer result type.
-    let limits = match d {
-        DType::Bool => Some((0, 1)),
-        DType::U8 => Some((0, u8::MAX as i64)),
-        DType::I8 => Some((i8::MIN as i64, i8::MAX as i64)),
-        DType::I16 => Some((i16::MIN as i64, i16::MAX as i64)),
-        DType::I32 => Some((i32::MIN as i64, i32::MAX as i64)),
-        _ => None,
-    };
-    if let Some((lo, hi)) = limits {
-        if low < lo || low > hi {
-            bail_op!(&*cx.op, "from is out of bounds for {d} (from={low}, to={high})");
-        }
-        if high - 1 > hi {
-            bail_op!(&*cx.op, "to - 1 is out of bounds for {d} (from={low}, to={high})");
-        }
-    }
-    let range = (high as i128 - low as i128) as u64;
-    // 32 random bits suffice below 2^32, as in PyTorch's random_from_to.
-    let elem = if range >= 1 << 32 { Elem::U64 } else { Elem::U32 };
-    let bits = random_bits(cx, elem, size);
-    let bits = cx.f.convert(bits, Elem::U64);
-    let t = Ty::new(Elem::U64, size);
-    let r = cx.f.splat_int(&t, range as i64);
-    let k = cx.f.binary("stablehlo.remainder", bits, r);
-    let k = cx.f.convert(k, Elem::I64);
-    let lo = cx.f.splat_int(&Ty::new(Elem::I64, size), low);
-    let v = cx.f.add(k, lo);
-    Ok(cx.f.convert(v, d))
+    let (from, range) = super::random::random_bounds(cx, d, low, Some(high))?;
+    Ok(super::random::random_range(cx, size, d, from, range))
 }
 
 /// A random permutation of `0..n`: an iota sorted by 64-bit random keys
@@ -467,7 +449,7 @@ fn randperm(cx: &mut Cx, n: i64, dtype: Option<DType>) -> Result<V> {
 /// The overloads of a factory op: the plain one, and the one with a
 /// `Generator? generator` before the factory arguments (`aten::rand.generator`),
 /// with the number of arguments that shifts them by (0 or 1).
-fn with_generator(name: &str, overload: &str, args: &str, tail: &str) -> [(String, usize); 2] {
+pub(super) fn with_generator(name: &str, overload: &str, args: &str, tail: &str) -> [(String, usize); 2] {
     let dot = |o: &str| if o.is_empty() { String::new() } else { format!(".{o}") };
     let gen = if overload.is_empty() { "generator".to_string() } else { format!("{overload}_generator") };
     [

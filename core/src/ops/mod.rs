@@ -19,6 +19,7 @@ mod index;
 mod linalg;
 mod nn;
 mod optim;
+mod random;
 mod reduce;
 pub mod schema;
 mod shape_ops;
@@ -79,12 +80,14 @@ pub enum ParamSrc {
     Rng,
 }
 
-/// What an index check is about: an index into a tensor, or a class target
-/// of a loss. Only the wording of the error differs.
+/// What a check is about: an index into a tensor, a class target of a loss,
+/// or a condition on values (a probability, a standard deviation) whose
+/// failure is an invalid argument rather than an index out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckKind {
     Index,
     Target,
+    Value,
 }
 
 /// How to word an out-of-range index that a check finds: the op, what the
@@ -121,6 +124,7 @@ impl IndexCheck {
         match self.kind {
             CheckKind::Index => format!("index {bad} is out of range for {} ({valid})", self.what),
             CheckKind::Target => format!("target {bad} is out of bounds for {} ({valid})", self.what),
+            CheckKind::Value => self.what.clone(),
         }
     }
 }
@@ -223,6 +227,14 @@ impl Cx {
         let value = self.f.concatenate(&[min, max], 0);
         let info = IndexCheck { op: self.op.clone(), kind, what: what(), lo, hi };
         self.checks.push(Check { value, info });
+    }
+
+    /// Checks that `ok` (a boolean tensor) holds everywhere; where it does
+    /// not, the op fails with `message` (an invalid argument), found as index
+    /// checks are: asynchronously, at the next host read.
+    pub fn check_values(&mut self, ok: V, message: &str) {
+        let bad = self.f.not(ok);
+        self.add_check(bad, 0..1, None, CheckKind::Value, || message.to_string());
     }
 
     /// The checks added since the last call.
@@ -592,6 +604,7 @@ impl Registry {
         amp::register(&mut b);
         spatial::register(&mut b);
         special::register(&mut b);
+        random::register(&mut b);
         copy::register(&mut b);
         // The built-in table lives as long as the process (it is the static
         // registry's), so leaking it gives every op a `'static` address.

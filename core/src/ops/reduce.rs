@@ -236,7 +236,7 @@ fn extreme(cx: &mut Cx, name: &str, x: V, dims: &[usize], keep: bool, max: bool)
 
 /// Values and int64 indices of the max (min) of `x` along `dim`: NaN counts
 /// as the extreme, ties go to the first occurrence, as in PyTorch.
-fn arg_extreme(cx: &mut Cx, x: V, dim: usize, max: bool) -> (V, V) {
+pub(super) fn arg_extreme(cx: &mut Cx, x: V, dim: usize, max: bool) -> (V, V) {
     let ty = cx.ty(x).clone();
     // Bool compares as 0/1.
     let xv = if ty.elem == Elem::Pred { cx.f.convert(x, Elem::U8) } else { x };

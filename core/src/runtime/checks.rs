@@ -1,4 +1,4 @@
-//! Device-side index checks: out-of-range indices are never silent.
+//! Device-side checks: out-of-range indices and invalid values are never silent.
 //!
 //! Indices are device data, so a lowering cannot check them while it prints
 //! the program. Instead an op that indexes (embedding, gather, scatter,
@@ -12,8 +12,10 @@
 //! looks at them at the next host read (`tensor_to_host*`) or
 //! `synchronize`, or at once in `DEFER_NEVER_AND_LAUNCH_BLOCKING` mode. The
 //! first bad index is reported as [`Error::IndexOutOfRange`] (code
-//! `OUT_OF_RANGE`, an `IndexError` in PyTorch); the pending checks are
-//! cleared either way, and the runtime stays usable.
+//! `OUT_OF_RANGE`, an `IndexError` in PyTorch), a failed check of values
+//! (a negative probability, [`crate::ops::Cx::check_values`]) as an invalid
+//! argument; the pending checks are cleared either way, and the runtime
+//! stays usable.
 //!
 //! The list is bounded: past [`PENDING_LIMIT`] programs without a host read,
 //! the oldest half is checked then (they finished long ago, so this rarely
@@ -28,7 +30,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::ops::IndexCheck;
+use crate::ops::{CheckKind, IndexCheck};
 use crate::pjrt::Buffer;
 
 /// Programs whose checks may wait for a host read. A loop that never reads
@@ -37,7 +39,7 @@ pub(crate) const PENDING_LIMIT: usize = 64;
 
 /// What the asynchronous error adds, so the user knows why it surfaced at a
 /// read rather than at the op, and what to do about it.
-const ASYNC_NOTE: &str = " (index checks are asynchronous: this was found at the first host read or synchronize \
+const ASYNC_NOTE: &str = " (checks of indices and values are asynchronous: this was found at the first host read or synchronize \
      after the op, which may be later than the op itself; set TORCHTPU_LAUNCH_BLOCKING=1 to report it at the op, \
      or TORCHTPU_INDEX_CHECKS=0 to turn the checks off)";
 
@@ -120,7 +122,7 @@ impl IndexChecks {
     /// error needs no note, since it surfaces at its op.
     pub(crate) fn check_now(buffer: &Buffer, checks: &[IndexCheck]) -> Result<()> {
         match evaluate(buffer, checks) {
-            Some((c, bad)) => Err(Error::IndexOutOfRange { op: c.op.to_string(), msg: c.describe(bad) }),
+            Some((c, bad)) => Err(failure(c, c.describe(bad))),
             None => Ok(()),
         }
     }
@@ -129,10 +131,19 @@ impl IndexChecks {
 fn first_failure(pending: &[Pending]) -> Result<()> {
     for p in pending {
         if let Some((c, bad)) = evaluate(&p.buffer, &p.checks) {
-            return Err(Error::IndexOutOfRange { op: c.op.to_string(), msg: format!("{}{ASYNC_NOTE}", c.describe(bad)) });
+            return Err(failure(c, format!("{}{ASYNC_NOTE}", c.describe(bad))));
         }
     }
     Ok(())
+}
+
+/// The error of a failed check: an index out of range, or an invalid
+/// argument for a check of values (as PyTorch raises for a bad probability).
+fn failure(c: &IndexCheck, msg: String) -> Error {
+    match c.kind {
+        CheckKind::Value => Error::op(&*c.op, msg),
+        CheckKind::Index | CheckKind::Target => Error::IndexOutOfRange { op: c.op.to_string(), msg },
+    }
 }
 
 /// The first failing check of a program's output and the offending value.
