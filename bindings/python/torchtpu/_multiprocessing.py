@@ -3,22 +3,38 @@
 PyTorch shares a CPU tensor's memory with the receiver (a file descriptor)
 and a CUDA tensor's device memory (CUDA IPC). A tpu storage is a runtime
 buffer of this process, which no other process can map, so a tpu tensor
-travels as a CPU copy of its values (itself shared as PyTorch shares CPU
-tensors) and is rebuilt on the receiver's runtime, on the device of the same
-index. The receiver gets a copy: writes on either side are not seen by the
-other, unlike CPU and CUDA tensors.
+travels by value: a CPU copy of its elements, written into the pickle stream
+as ``torch.save`` writes it, rebuilt on the receiver's runtime on the device
+of the same index. The receiver gets a copy: writes on either side are not
+seen by the other, unlike CPU and CUDA tensors.
+
+The bytes go in the stream, not through shared memory, because the CPU copy
+is a temporary: a ``Process`` argument is pickled before the process is
+launched, and the file descriptor of a shared temporary would be closed by
+then.
 """
 
 from __future__ import annotations
 
+import io
 from multiprocessing.reduction import ForkingPickler
 
 import torch
 import torch.multiprocessing.reductions as reductions
 
 
-def _rebuild_tpu_tensor(cls, cpu, index, requires_grad):
-    t = cpu.to(torch.device("tpu", index))
+def _to_bytes(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _from_bytes(data: bytes, index: int):
+    return torch.load(io.BytesIO(data), map_location=torch.device("tpu", index), weights_only=True)
+
+
+def _rebuild_tpu_tensor(cls, data, index, requires_grad):
+    t = _from_bytes(data, index)
     if cls is torch.nn.Parameter:
         return torch.nn.Parameter(t, requires_grad=requires_grad)
     t.requires_grad = requires_grad
@@ -35,17 +51,18 @@ def _reduce_tpu_tensor(tensor):
             "before serializing (e.g., putting it on the queue)."
         )
     torch.utils.hooks.warn_if_has_hooks(tensor)
-    # preserve_format keeps the strides of a dense view.
+    # The view's elements only (not its whole storage); preserve_format keeps
+    # the strides of a dense view.
     cpu = tensor.detach().to("cpu", memory_format=torch.preserve_format)
-    return (_rebuild_tpu_tensor, (type(tensor), cpu, tensor.device.index, tensor.requires_grad))
+    return (_rebuild_tpu_tensor, (type(tensor), _to_bytes(cpu), tensor.device.index, tensor.requires_grad))
 
 
-def _rebuild_tpu_storage(cpu, index):
-    return cpu.to(device=torch.device("tpu", index))
+def _rebuild_tpu_storage(data, index):
+    return _from_bytes(data, index)._untyped_storage
 
 
 def _reduce_tpu_storage(storage):
-    return (_rebuild_tpu_storage, (storage.cpu(), storage.device.index))
+    return (_rebuild_tpu_storage, (_to_bytes(storage.cpu()), storage.device.index))
 
 
 def _on_tpu(reduce_tpu, reduce_other):
