@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -123,7 +124,48 @@ void rethrow(const torchtpu::Error& e) {
 
 namespace {
 
-void delete_storage(void* ctx) { delete static_cast<TpuStorage*>(ctx); }
+// The live storages by their fake address. PyTorch paths that rebuild a
+// storage from a data pointer alone (legacy serialization writes a storage
+// through `at::from_blob(storage.data(), ..., device)`) reach a storage of
+// ours through a DataPtr of theirs; the address finds it.
+class StorageRegistry {
+ public:
+  void add(const void* address, TpuStorage* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_address_.emplace(reinterpret_cast<uintptr_t>(address), s);
+  }
+  void remove(const void* address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_address_.erase(reinterpret_cast<uintptr_t>(address));
+  }
+  // The storage whose bytes hold `address`, and the byte offset of `address`
+  // in it; null when no live storage does.
+  std::pair<TpuStorage*, size_t> find(const void* address) const {
+    const auto a = reinterpret_cast<uintptr_t>(address);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_address_.upper_bound(a);
+    if (it == by_address_.begin()) return {nullptr, 0};
+    --it;
+    const size_t offset = a - it->first;
+    if (offset != 0 && offset >= it->second->nbytes) return {nullptr, 0};
+    return {it->second, offset};
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uintptr_t, TpuStorage*> by_address_;
+};
+
+StorageRegistry& registry() {
+  static auto* r = new StorageRegistry();  // outlives every storage
+  return *r;
+}
+
+void delete_storage(void* ctx) {
+  auto* s = static_cast<TpuStorage*>(ctx);
+  registry().remove(s->address);
+  delete s;
+}
 
 // Data pointers are unique, non-overlapping and never dereferenced: PyTorch
 // compares them (aliasing and overlap checks), the runtime holds the memory.
@@ -135,7 +177,9 @@ void* fake_address(size_t nbytes) {
 }
 
 c10::DataPtr make_data_ptr(TpuStorage* s) {
-  return c10::DataPtr(fake_address(s->nbytes), s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, s->device));
+  s->address = fake_address(s->nbytes);
+  registry().add(s->address, s);
+  return c10::DataPtr(s->address, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, s->device));
 }
 
 struct TpuAllocator final : c10::Allocator {
@@ -157,11 +201,20 @@ TpuAllocator the_allocator;
 
 c10::Allocator* allocator() { return &the_allocator; }
 
-TpuStorage* storage_of(const c10::Storage& storage) {
+bool owns_storage(const c10::Storage& storage) { return storage.data_ptr().get_deleter() == &delete_storage; }
+
+StorageRef storage_ref(const c10::Storage& storage) {
   const c10::DataPtr& dp = storage.data_ptr();
-  TORCH_CHECK(dp.get_deleter() == &delete_storage, "tpu tensor without a torchtpu storage (created by another allocator)");
-  return static_cast<TpuStorage*>(dp.get_context());
+  if (dp.get_deleter() == &delete_storage) return {static_cast<TpuStorage*>(dp.get_context()), 0};
+  const auto [s, offset] = registry().find(dp.get());
+  TORCH_CHECK(s != nullptr, "tpu storage at ", dp.get(), " (", storage.nbytes(), " bytes) is not a live torchtpu "
+              "storage: it was created by another allocator, or its torchtpu storage was freed");
+  TORCH_CHECK(offset + storage.nbytes() <= s->nbytes, "tpu storage at ", dp.get(), " (", storage.nbytes(),
+              " bytes) overruns the torchtpu storage it points into (", s->nbytes, " bytes from ", s->address, ")");
+  return {s, offset};
 }
+
+TpuStorage* storage_of(const c10::Storage& storage) { return storage_ref(storage).storage; }
 
 TpuStorage* storage_of(const at::Tensor& t) {
   TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
@@ -169,7 +222,12 @@ TpuStorage* storage_of(const at::Tensor& t) {
 }
 
 torchtpu::Tensor handle_of(const at::Tensor& t) {
-  TpuStorage* s = storage_of(t);
+  TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
+  const StorageRef ref = storage_ref(t.storage());
+  TpuStorage* s = ref.storage;
+  TORCH_CHECK(ref.byte_offset % t.element_size() == 0, "a ", t.scalar_type(), " tensor cannot view a tpu storage at ",
+              "byte offset ", ref.byte_offset);
+  const int64_t offset = t.storage_offset() + static_cast<int64_t>(ref.byte_offset / t.element_size());
   const auto dtype = static_cast<torchtpu::DType>(t.scalar_type());
   try {
     std::lock_guard<std::mutex> lock(s->mu);
@@ -188,10 +246,34 @@ torchtpu::Tensor handle_of(const at::Tensor& t) {
       const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
       s->base = torchtpu::Tensor::from_bytes(runtime(), bytes.data(), bytes.size(), dtype, {numel}, s->device);
     }
-    return s->base.view(t.sizes().vec(), t.strides().vec(), t.storage_offset());
+    return s->base.view(t.sizes().vec(), t.strides().vec(), offset);
   } catch (const torchtpu::Error& e) {
     rethrow(e);
   }
+}
+
+bool download_as_bytes(const at::Tensor& t, void* out) {
+  if (t.scalar_type() != at::kByte || !t.is_contiguous()) return false;
+  const StorageRef ref = storage_ref(t.storage());
+  torchtpu::Tensor base;
+  {
+    std::lock_guard<std::mutex> lock(ref.storage->mu);
+    if (!ref.storage->base || ref.storage->base.dtype() == torchtpu::DType::UInt8) return false;
+    base = ref.storage->base.retain();
+  }
+  try {
+    const size_t start = ref.byte_offset + static_cast<size_t>(t.storage_offset());
+    const size_t n = static_cast<size_t>(t.numel());
+    if (start == 0 && n == ref.storage->nbytes) {
+      torchtpu::detail::check(ttpu_tensor_to_host(runtime().capi(), base.capi(), out, n));
+    } else {
+      const std::vector<uint8_t> bytes = base.to_bytes();
+      std::memcpy(out, bytes.data() + start, n);
+    }
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+  return true;
 }
 
 at::Tensor wrap(torchtpu::Tensor r) {
@@ -216,7 +298,8 @@ at::Tensor wrap(torchtpu::Tensor r) {
 }
 
 bool covers_storage(const at::Tensor& t) {
-  return t.storage_offset() == 0 && t.is_contiguous() &&
+  // A storage of another allocator may see only part of ours.
+  return owns_storage(t.storage()) && t.storage_offset() == 0 && t.is_contiguous() &&
          static_cast<size_t>(t.numel()) * t.element_size() == t.storage().nbytes();
 }
 

@@ -324,10 +324,68 @@ bool takes_indices(const std::string& name) {
          name == "aten::_index_put_impl_";
 }
 
+// ------------------------------------------------ results on another device
+
+// The device a `device` argument names when it is not tpu. A factory such as
+// `zeros_like(t, device="cpu")` reaches tpu by its tensor argument, yet its
+// result belongs on the device it names.
+std::optional<c10::Device> other_device(const torch::jit::Stack& stack, size_t n) {
+  for (auto it = stack.end() - n; it != stack.end(); ++it) {
+    if (it->isDevice() && !it->toDevice().is_privateuseone()) return it->toDevice();
+  }
+  return std::nullopt;
+}
+
+// Whether the op reads only the metadata of `self` (sizes, strides, dtype),
+// never its values: the `*_like` and `new_*` factories.
+bool reads_metadata_of_self(const c10::FunctionSchema& schema) {
+  const std::string base = schema.name().substr(schema.name().find("::") + 2);
+  return (base.size() > 5 && base.compare(base.size() - 5, 5, "_like") == 0) || base.rfind("new_", 0) == 0;
+}
+
+// Runs `op` on `device` (cpu, meta, ...) with its tpu tensors moved there: a
+// tensor whose values the op never reads becomes an uninitialized one of the
+// same geometry (nothing is downloaded), the others are copied. No tensor of
+// the call stays on tpu, so the dispatcher sends it to `device`'s kernel.
+void run_on_device(const c10::OperatorHandle& op, c10::Device device, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  const bool metadata_self = reads_metadata_of_self(schema);
+  auto moved = [&](const at::Tensor& t, const c10::Argument& a) {
+    if (!t.defined() || !t.device().is_privateuseone()) return t;
+    if (metadata_self && a.name() == "self") return at::empty_strided(t.sizes(), t.strides(), t.options().device(device));
+    return t.to(device);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    TORCH_CHECK(a.alias_info() == nullptr || !a.alias_info()->isWrite(), full_name(schema), ": argument 'device' names ",
+                device, ", but the op writes its tpu argument '", a.name(), "'");
+    if (v.isTensor()) {
+      v = moved(v.toTensor(), a);
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> ts;
+      for (const at::Tensor& t : v.toTensorList().vec()) ts.push_back(moved(t, a));
+      v = c10::IValue(ts);
+    } else if (v.isList() && *a.type() == *c10::ListType::ofOptionalTensors()) {
+      c10::List<std::optional<at::Tensor>> ts;
+      for (const c10::IValue& e : v.toListRef()) {
+        ts.push_back(e.isTensor() ? std::optional<at::Tensor>(moved(e.toTensor(), a)) : std::nullopt);
+      }
+      v = c10::IValue(ts);
+    }
+  }
+  op.callBoxed(stack);
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string name = full_name(schema);
   const size_t n = schema.arguments().size();
+  if (auto device = other_device(*stack, n)) {
+    run_on_device(op, *device, stack);
+    return;
+  }
   if (ttpu_op_exists(name.c_str())) {
     std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
@@ -385,6 +443,7 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
 // Downloads tpu tensor `src` into `out`, a dense CPU tensor of its dtype and
 // shape.
 void download_into(const at::Tensor& src, const at::Tensor& out) {
+  if (download_as_bytes(src, out.data_ptr())) return;
   torchtpu::Tensor h = handle_of(src);
   try {
     torchtpu::detail::check(ttpu_tensor_to_host(runtime().capi(), h.capi(), out.data_ptr(), out.nbytes()));

@@ -44,14 +44,31 @@ struct TpuStorage {
   torchtpu::Tensor base;
   size_t nbytes = 0;
   c10::DeviceIndex device = 0;
+  // The fake data pointer PyTorch sees for it.
+  void* address = nullptr;
 };
 
 c10::Allocator* allocator();
+// A PyTorch storage seen as a range of a TpuStorage. A storage of ours is the
+// whole of it; one PyTorch built over our data pointer elsewhere (from_blob)
+// is found by its address and may start inside it.
+struct StorageRef {
+  TpuStorage* storage;
+  size_t byte_offset;
+};
+StorageRef storage_ref(const c10::Storage& storage);
+// Whether `storage`'s DataPtr is ours (not another allocator's over our data).
+bool owns_storage(const c10::Storage& storage);
 // The TpuStorage of a tpu tensor or storage (checked).
 TpuStorage* storage_of(const at::Tensor& t);
 TpuStorage* storage_of(const c10::Storage& storage);
 // A runtime view of `t`. Reading a storage never written gives zeros.
 torchtpu::Tensor handle_of(const at::Tensor& t);
+// Downloads uint8 tensor `t` (contiguous) into `out` when its storage holds a
+// value of another dtype: serialization reads every storage as bytes, and
+// handle_of would retype the storage on the device (and back at its next
+// typed read). False, with nothing done, where that does not apply.
+bool download_as_bytes(const at::Tensor& t, void* out);
 // A tpu tensor over a new storage holding runtime tensor `r` (its whole
 // storage, with `r`'s own view geometry).
 at::Tensor wrap(torchtpu::Tensor r);

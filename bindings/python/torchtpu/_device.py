@@ -19,7 +19,7 @@ def register() -> None:
 
     _launch.configure_visibility()  # before the PJRT client starts
     from . import _C  # loading it registers kernels, guard, allocator, hooks
-    from . import distributed, tpu
+    from . import _multiprocessing, distributed, tpu
 
     _launch.bind_local_rank(_C._set_first_default_device)
 
@@ -30,6 +30,7 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     _print_from_host()
+    _multiprocessing.register()
     _plugin_ops()
     distributed.register()
     _registered = True
