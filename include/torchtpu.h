@@ -112,6 +112,26 @@ enum ttpu_flush_reason
 typedef int32_t ttpu_flush_reason;
 #endif // __cplusplus
 
+// Where the numbers of `ttpu_memory_info_t` come from.
+enum ttpu_memory_source
+#ifdef __cplusplus
+  : int32_t
+#endif // __cplusplus
+ {
+  // The PJRT plugin (`PJRT_Device_MemoryStats`): total is its
+  // `bytes_limit`, free that minus its `bytes_in_use`. libtpu and the
+  // CUDA plugin report these.
+  TTPU_MEMORY_SOURCE_PLUGIN = 0,
+  // The host (the XLA CPU plugin, whose devices are host memory and which
+  // reports no limit): total is /proc/meminfo's MemTotal, free its
+  // MemAvailable, each lowered to the limit (and remaining room) of every
+  // cgroup the process is in. All CPU devices share it.
+  TTPU_MEMORY_SOURCE_HOST = 1,
+};
+#ifndef __cplusplus
+typedef int32_t ttpu_memory_source;
+#endif // __cplusplus
+
 // Execution modes (names follow TorchTPU).
 enum ttpu_mode
 #ifdef __cplusplus
@@ -367,6 +387,45 @@ typedef struct ttpu_runtime_options_t {
   // (the XLA CPU plugin) ignore the store and the node fields.
   const struct ttpu_kv_store_t *kv_store;
 } ttpu_runtime_options_t;
+
+// The memory accounting of one device, as PyTorch's allocators keep it.
+// Set `struct_size` before calling; fields added later go at the end.
+//
+// The runtime counts every live device buffer at the logical size of its
+// contents (elements times element size): what tensors hold. The plugin
+// may pad or tile buffers, and keeps a freed buffer's memory until the
+// programs already launched with it finish; `ttpu_runtime_memory_info`
+// says what the device itself has. "Allocated" and "freed" count since
+// the runtime started or the last `ttpu_runtime_reset_accumulated_memory`;
+// peaks since then or the last `ttpu_runtime_reset_peak_memory`.
+typedef struct ttpu_memory_stats_t {
+  size_t struct_size;
+  // Bytes of live buffers now (what `ttpu_runtime_memory` reports).
+  int64_t live_bytes;
+  int64_t peak_bytes;
+  int64_t allocated_bytes;
+  int64_t freed_bytes;
+  // Live buffers now; each is one PJRT allocation.
+  int64_t live_buffers;
+  int64_t peak_buffers;
+  int64_t allocated_buffers;
+  int64_t freed_buffers;
+  // Buffer creations and program launches the plugin refused with
+  // RESOURCE_EXHAUSTED.
+  int64_t num_ooms;
+} ttpu_memory_stats_t;
+
+// A device's memory, like `cudaMemGetInfo`. Set `struct_size` before
+// calling; fields added later go at the end.
+typedef struct ttpu_memory_info_t {
+  size_t struct_size;
+  // Bytes the device has for buffers.
+  int64_t total_bytes;
+  // Bytes free now, for every user of the device (not only this runtime).
+  int64_t free_bytes;
+  // A `ttpu_memory_source` value.
+  int32_t source;
+} ttpu_memory_info_t;
 
 // Runtime counters. Set `struct_size` before calling; fields beyond it are
 // not written, so older callers keep working.
@@ -706,6 +765,24 @@ struct ttpu_error_t *ttpu_runtime_set_rng_state(const struct ttpu_runtime_t *run
 // the bytes live now.
 struct ttpu_error_t *ttpu_runtime_reset_peak_memory(const struct ttpu_runtime_t *runtime,
                                                     int64_t index);
+
+// Fills `*out_stats` (whose `struct_size` the caller sets) with device
+// `index`'s memory accounting, read in one consistent snapshot.
+struct ttpu_error_t *ttpu_runtime_memory_stats(const struct ttpu_runtime_t *runtime,
+                                               int64_t index,
+                                               struct ttpu_memory_stats_t *out_stats);
+
+// Zeroes device `index`'s cumulative memory totals (allocated and freed
+// bytes and buffers, OOMs); live counts and peaks stay.
+struct ttpu_error_t *ttpu_runtime_reset_accumulated_memory(const struct ttpu_runtime_t *runtime,
+                                                           int64_t index);
+
+// Fills `*out_info` (whose `struct_size` the caller sets) with device
+// `index`'s total and free memory. UNIMPLEMENTED for a plugin other than
+// the CPU one that reports no memory limit.
+struct ttpu_error_t *ttpu_runtime_memory_info(const struct ttpu_runtime_t *runtime,
+                                              int64_t index,
+                                              struct ttpu_memory_info_t *out_info);
 
 // Drops every cached executable, in memory and in the on-disk cache.
 struct ttpu_error_t *ttpu_runtime_clear_cache(const struct ttpu_runtime_t *runtime);

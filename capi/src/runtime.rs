@@ -4,7 +4,7 @@
 use std::ffi::{c_char, CString};
 use std::sync::Arc;
 
-use torchtpu_core::runtime::{self, ExecMode};
+use torchtpu_core::runtime::{self, ExecMode, MemorySource};
 use torchtpu_core::{Error, Runtime, RuntimeOptions};
 
 use crate::error::ttpu_error_t;
@@ -327,6 +327,131 @@ pub unsafe extern "C" fn ttpu_runtime_reset_peak_memory(runtime: *const ttpu_run
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_reset_peak_memory")?;
         r.rt.reset_peak_memory(r.rt.device(index)?)
+    })
+}
+
+/// The memory accounting of one device, as PyTorch's allocators keep it.
+/// Set `struct_size` before calling; fields added later go at the end.
+///
+/// The runtime counts every live device buffer at the logical size of its
+/// contents (elements times element size): what tensors hold. The plugin
+/// may pad or tile buffers, and keeps a freed buffer's memory until the
+/// programs already launched with it finish; `ttpu_runtime_memory_info`
+/// says what the device itself has. "Allocated" and "freed" count since
+/// the runtime started or the last `ttpu_runtime_reset_accumulated_memory`;
+/// peaks since then or the last `ttpu_runtime_reset_peak_memory`.
+#[repr(C)]
+#[derive(Default)]
+pub struct ttpu_memory_stats_t {
+    pub struct_size: usize,
+    /// Bytes of live buffers now (what `ttpu_runtime_memory` reports).
+    pub live_bytes: i64,
+    pub peak_bytes: i64,
+    pub allocated_bytes: i64,
+    pub freed_bytes: i64,
+    /// Live buffers now; each is one PJRT allocation.
+    pub live_buffers: i64,
+    pub peak_buffers: i64,
+    pub allocated_buffers: i64,
+    pub freed_buffers: i64,
+    /// Buffer creations and program launches the plugin refused with
+    /// RESOURCE_EXHAUSTED.
+    pub num_ooms: i64,
+}
+
+/// Fills `*out_stats` (whose `struct_size` the caller sets) with device
+/// `index`'s memory accounting, read in one consistent snapshot.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_memory_stats(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+    out_stats: *mut ttpu_memory_stats_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_stats")?;
+        crate::ffi::check_out(out_stats, "ttpu_runtime_memory_stats")?;
+        let size = (*out_stats).struct_size;
+        check_struct_size(size, std::mem::size_of::<ttpu_memory_stats_t>(), "ttpu_runtime_memory_stats: ttpu_memory_stats_t")?;
+        let s = r.rt.memory_stats(r.rt.device(index)?)?;
+        out_stats.write(ttpu_memory_stats_t {
+            struct_size: size,
+            live_bytes: s.bytes.current,
+            peak_bytes: s.bytes.peak,
+            allocated_bytes: s.bytes.allocated,
+            freed_bytes: s.bytes.freed,
+            live_buffers: s.buffers.current,
+            peak_buffers: s.buffers.peak,
+            allocated_buffers: s.buffers.allocated,
+            freed_buffers: s.buffers.freed,
+            num_ooms: s.num_ooms,
+        });
+        Ok(())
+    })
+}
+
+/// Zeroes device `index`'s cumulative memory totals (allocated and freed
+/// bytes and buffers, OOMs); live counts and peaks stay.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_reset_accumulated_memory(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_reset_accumulated_memory")?;
+        r.rt.reset_accumulated_memory(r.rt.device(index)?)
+    })
+}
+
+/// Where the numbers of `ttpu_memory_info_t` come from.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ttpu_memory_source {
+    /// The PJRT plugin (`PJRT_Device_MemoryStats`): total is its
+    /// `bytes_limit`, free that minus its `bytes_in_use`. libtpu and the
+    /// CUDA plugin report these.
+    Plugin = 0,
+    /// The host (the XLA CPU plugin, whose devices are host memory and which
+    /// reports no limit): total is /proc/meminfo's MemTotal, free its
+    /// MemAvailable, each lowered to the limit (and remaining room) of every
+    /// cgroup the process is in. All CPU devices share it.
+    Host = 1,
+}
+
+/// A device's memory, like `cudaMemGetInfo`. Set `struct_size` before
+/// calling; fields added later go at the end.
+#[repr(C)]
+#[derive(Default)]
+pub struct ttpu_memory_info_t {
+    pub struct_size: usize,
+    /// Bytes the device has for buffers.
+    pub total_bytes: i64,
+    /// Bytes free now, for every user of the device (not only this runtime).
+    pub free_bytes: i64,
+    /// A `ttpu_memory_source` value.
+    pub source: i32,
+}
+
+/// Fills `*out_info` (whose `struct_size` the caller sets) with device
+/// `index`'s total and free memory. UNIMPLEMENTED for a plugin other than
+/// the CPU one that reports no memory limit.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_memory_info(
+    runtime: *const ttpu_runtime_t,
+    index: i64,
+    out_info: *mut ttpu_memory_info_t,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_info")?;
+        crate::ffi::check_out(out_info, "ttpu_runtime_memory_info")?;
+        let size = (*out_info).struct_size;
+        check_struct_size(size, std::mem::size_of::<ttpu_memory_info_t>(), "ttpu_runtime_memory_info: ttpu_memory_info_t")?;
+        let m = r.rt.memory_info(r.rt.device(index)?)?;
+        let source = match m.source {
+            MemorySource::Plugin => ttpu_memory_source::Plugin,
+            MemorySource::Host => ttpu_memory_source::Host,
+        };
+        out_info.write(ttpu_memory_info_t { struct_size: size, total_bytes: m.total, free_bytes: m.free, source: source as i32 });
+        Ok(())
     })
 }
 

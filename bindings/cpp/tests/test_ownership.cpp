@@ -65,6 +65,23 @@ int main() {
     check::ok(rt.memory(0).second == rt.memory(0).first, "peak reset to live bytes");
   });
 
+  check::run("memory stats count a tensor's bytes", [&] {
+    rt.reset_accumulated_memory(0);
+    const torchtpu::MemoryStats s0 = rt.memory_stats(0);
+    {
+      torchtpu::Tensor t = rt.from_host(std::vector<float>(256, 1.0f), {256});
+      const torchtpu::MemoryStats s = rt.memory_stats(0);
+      check::eq(s.live_bytes - s0.live_bytes, int64_t{1024}, "256 floats are live");
+      check::eq(s.allocated_buffers, int64_t{1}, "one buffer allocated");
+    }
+    const torchtpu::MemoryStats s = rt.memory_stats(0);
+    check::eq(s.live_bytes, s0.live_bytes, "freed with the tensor");
+    check::eq(s.freed_bytes, int64_t{1024}, "freed total");
+    const torchtpu::MemoryInfo m = rt.memory_info(0);
+    check::ok(m.total_bytes > 0 && m.free_bytes >= 0 && m.free_bytes <= m.total_bytes, "free <= total");
+    check::throws(TTPU_CODE_OUT_OF_RANGE, [&] { (void)rt.memory_stats(99); }, "bad device");
+  });
+
   check::run("vector of tensors (moves on growth)", [&] {
     std::vector<torchtpu::Tensor> ts;
     for (int i = 0; i < 20; ++i) ts.push_back(rt.from_host(std::vector<int64_t>{i}, {1}));

@@ -7,6 +7,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -182,7 +183,12 @@ c10::DataPtr make_data_ptr(TpuStorage* s) {
   return c10::DataPtr(s->address, s, &delete_storage, c10::Device(c10::DeviceType::PrivateUse1, s->device));
 }
 
-struct TpuAllocator final : c10::Allocator {
+// A c10::DeviceAllocator, so that torch.accelerator's memory functions
+// work. There is no caching layer: device memory is the runtime's PJRT
+// buffers, allocated when a storage is first written and returned to PJRT
+// when its last user drops it. The statistics are the runtime's own
+// accounting of those buffers (`ttpu_runtime_memory_stats`).
+struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto* s = new TpuStorage();
     s->nbytes = nbytes;
@@ -193,6 +199,60 @@ struct TpuAllocator final : c10::Allocator {
   void copy_data(void*, const void*, std::size_t) const override {
     TORCH_CHECK(false, "tpu storages cannot be copied byte-wise on the host; use Tensor.copy_ or .to()");
   }
+
+  // As CUDA's allocator before its first use: until the runtime starts
+  // there is no device memory, and asking for statistics must not start it
+  // (a runtime that joins torch.distributed starts after
+  // init_process_group).
+  bool initialized() override { return runtime_started(); }
+  // Nothing is cached: a freed buffer goes back to PJRT at once.
+  void emptyCache(c10::MempoolId_t) override {}
+  // Nothing to record: memory is never handed from one tensor to another
+  // here, and PJRT keeps a dropped buffer's memory until the programs
+  // already launched with it (on any stream) have finished.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    const torchtpu::MemoryStats m = checked([&] { return runtime().memory_stats(index(device)); });
+    c10::CachingDeviceAllocator::DeviceStats st;
+    const auto set = [](c10::CachingAllocator::StatArray& a, int64_t current, int64_t peak, int64_t allocated,
+                        int64_t freed) {
+      auto& all = a[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+      all.current = current;
+      all.peak = peak;
+      all.allocated = allocated;
+      all.freed = freed;
+    };
+    // Each buffer is one PJRT allocation of exactly the bytes asked for,
+    // active while it lives: allocations, segments and active blocks are
+    // the same thing here, and so are allocated, reserved, active and
+    // requested bytes. No pools (the small/large entries stay 0) and no
+    // split blocks.
+    for (auto* a : {&st.allocation, &st.segment, &st.active}) {
+      set(*a, m.live_buffers, m.peak_buffers, m.allocated_buffers, m.freed_buffers);
+    }
+    for (auto* a : {&st.allocated_bytes, &st.reserved_bytes, &st.active_bytes, &st.requested_bytes}) {
+      set(*a, m.live_bytes, m.peak_bytes, m.allocated_bytes, m.freed_bytes);
+    }
+    st.num_ooms = m.num_ooms;
+    st.num_device_alloc = m.allocated_buffers;
+    st.num_device_free = m.freed_buffers;
+    return st;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    checked([&] { runtime().reset_accumulated_memory(index(device)); });
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    checked([&] { runtime().reset_peak_memory(index(device)); });
+  }
+  // (free, total) bytes: see `ttpu_runtime_memory_info` for their source.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    const torchtpu::MemoryInfo m = checked([&] { return runtime().memory_info(index(device)); });
+    return {static_cast<size_t>(m.free_bytes), static_cast<size_t>(m.total_bytes)};
+  }
+
+ private:
+  static int64_t index(c10::DeviceIndex d) { return d >= 0 ? d : current_device(); }
 };
 
 TpuAllocator the_allocator;
@@ -382,15 +442,6 @@ class StreamTable {
 StreamTable& streams() {
   static auto* t = new StreamTable();
   return *t;
-}
-
-template <class F>
-auto checked(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const torchtpu::Error& e) {
-    rethrow(e);
-  }
 }
 
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {

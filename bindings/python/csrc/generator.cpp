@@ -81,15 +81,6 @@ struct TpuGeneratorImpl final : c10::GeneratorImpl {
   TpuGeneratorImpl* clone_impl() const override {
     return checked([&] { return new TpuGeneratorImpl(device_.index(), gen.clone_state()); });
   }
-
-  template <class F>
-  static auto checked(F&& f) -> decltype(f()) {
-    try {
-      return f();
-    } catch (const torchtpu::Error& e) {
-      rethrow(e);
-    }
-  }
 };
 
 c10::DeviceIndex checked_index(c10::DeviceIndex device) {

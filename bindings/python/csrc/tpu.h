@@ -37,6 +37,16 @@ std::optional<std::pair<int, int>> joined_node();
 // NotImplementedError, OUT_OF_RANGE IndexError, else RuntimeError).
 [[noreturn]] void rethrow(const torchtpu::Error& e);
 
+// Runs `f`, rethrowing a runtime error as the matching PyTorch error.
+template <class F>
+auto checked(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const torchtpu::Error& e) {
+    rethrow(e);
+  }
+}
+
 // The runtime side of one PyTorch storage. `base` stays empty until the
 // storage is first read or written (`torch.empty` allocates nothing).
 struct TpuStorage {

@@ -27,6 +27,8 @@ _NP_TO_CODE = {
 }
 _CODE_TO_NP = {v: k for k, v in _NP_TO_CODE.items()}
 BFLOAT16 = 15
+_MEMORY_STATS_FIELDS = ("live_bytes", "peak_bytes", "allocated_bytes", "freed_bytes", "live_buffers",
+                        "peak_buffers", "allocated_buffers", "freed_buffers", "num_ooms")
 _ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
 DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
                7: "float64", 11: "bool", 15: "bfloat16"}
@@ -445,6 +447,29 @@ class Runtime(_Owned):
 
     def reset_peak_memory(self, device: int = 0) -> None:
         check(lib.ttpu_runtime_reset_peak_memory(self.handle, device))
+
+    def memory_stats(self, device: int = 0) -> dict[str, int]:
+        """`device`'s buffer accounting in one snapshot: ``live_``, ``peak_``,
+        ``allocated_`` and ``freed_`` ``bytes`` and ``buffers``, and
+        ``num_ooms`` (see ``ttpu_memory_stats_t``)."""
+        s = ffi.new("ttpu_memory_stats_t*")
+        s.struct_size = ffi.sizeof("ttpu_memory_stats_t")
+        check(lib.ttpu_runtime_memory_stats(self.handle, device, s))
+        return {k: int(getattr(s, k)) for k in _MEMORY_STATS_FIELDS}
+
+    def reset_accumulated_memory(self, device: int = 0) -> None:
+        """Zeroes `device`'s allocated and freed totals and OOM count."""
+        check(lib.ttpu_runtime_reset_accumulated_memory(self.handle, device))
+
+    def memory_info(self, device: int = 0) -> dict[str, Any]:
+        """`device`'s ``total`` and ``free`` bytes, and their ``source``:
+        ``"plugin"`` (PJRT_Device_MemoryStats) or ``"host"`` (the host's
+        memory, for the XLA CPU plugin)."""
+        m = ffi.new("ttpu_memory_info_t*")
+        m.struct_size = ffi.sizeof("ttpu_memory_info_t")
+        check(lib.ttpu_runtime_memory_info(self.handle, device, m))
+        source = {lib.TTPU_MEMORY_SOURCE_PLUGIN: "plugin", lib.TTPU_MEMORY_SOURCE_HOST: "host"}[m.source]
+        return {"total": int(m.total_bytes), "free": int(m.free_bytes), "source": source}
 
     def rng_state(self, device: int = 0) -> tuple[int, int]:
         """(seed, random ops drawn since seeding) of a device's default generator."""

@@ -11,6 +11,8 @@ import contextlib
 import enum
 import sys
 import types
+import warnings
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -22,13 +24,15 @@ from .runtime import Runtime, get_mode, set_mode
 
 __all__ = [
     "EagerMode", "Event", "Stream", "amp", "comm", "compile_cache_stats", "current_device", "current_stream",
-    "default_generators", "default_stream", "device", "device_count", "eager_mode", "enable_cpu_fallback",
-    "explain_recompiles", "fallback_stats", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
-    "get_rng_state", "get_rng_state_all", "index_checks_enabled", "initial_seed", "is_available",
-    "is_bf16_supported", "is_initialized", "load_plugins", "manual_seed", "manual_seed_all", "max_memory_allocated",
-    "memory_allocated", "plugins", "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode",
-    "set_fusion_policy", "set_index_checks", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
-    "synchronize",
+    "default_generators", "default_stream", "device", "device_count", "eager_mode", "empty_cache",
+    "enable_cpu_fallback", "explain_recompiles", "fallback_stats", "get_amp_supported_dtype",
+    "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
+    "index_checks_enabled", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "load_plugins",
+    "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
+    "memory_allocated", "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+    "plugins", "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_peak_memory_stats", "seed",
+    "set_device", "set_eager_mode", "set_fusion_policy", "set_index_checks", "set_rng_state", "set_rng_state_all",
+    "set_stream", "stream", "synchronize",
 ]
 
 
@@ -36,6 +40,13 @@ __all__ = [
 def _runtime() -> Runtime:
     """The backend's runtime (created by the native backend on first use)."""
     return Runtime._borrow(_C._runtime_address())
+
+
+def _explicit_index(device: Any) -> int | None:
+    """The index ``device`` names, if it names one (None: the current device)."""
+    if device is None or isinstance(device, int):
+        return device
+    return torch.device(device).index
 
 
 def _index(device: Any = None) -> int:
@@ -110,11 +121,58 @@ def get_device_name(device: Any = None) -> str:
     return f"{d['kind']} ({rt.platform_name} {rt.platform_version})"
 
 
-def get_device_properties(device: Any = None) -> types.SimpleNamespace:
-    rt = _runtime()
-    d = rt.devices()[_index(device)]
-    return types.SimpleNamespace(name=d["kind"], platform=rt.platform_name,
-                                 platform_version=rt.platform_version, **d)
+class _TpuDeviceProperties:
+    """What :func:`get_device_properties` returns: the fields of CUDA's
+    device properties that a PJRT device has (``name``, ``total_memory``)
+    and PJRT's own (``kind``, ``description``, ``id``, ``platform``,
+    ``platform_version``). CUDA's compute capability, multiprocessor count
+    and cache sizes have no PJRT counterpart and are absent."""
+
+    def __init__(self, rt: Runtime, index: int):
+        d = rt.devices()[index]
+        self.name: str = d["kind"]
+        self.type = "tpu"
+        self.index = index
+        self.kind: str = d["kind"]
+        self.description: str = d["description"]
+        self.id: int = d["id"]
+        self.platform: str = rt.platform_name
+        self.platform_version: str = rt.platform_version
+        try:
+            m = rt.memory_info(index)
+        except NotImplementedError as e:  # the plugin reports no memory limit
+            self._total_memory: int | None = None
+            self._total_memory_error = str(e)
+            self.memory_source: str | None = None
+        else:
+            self._total_memory, self.memory_source = m["total"], m["source"]
+
+    @property
+    def total_memory(self) -> int:
+        """Bytes of device memory (the total of :func:`mem_get_info`, which
+        says where it comes from; ``memory_source`` names it)."""
+        if self._total_memory is None:
+            raise NotImplementedError(self._total_memory_error)
+        return self._total_memory
+
+    def __repr__(self) -> str:
+        total = "unknown" if self._total_memory is None else f"{self._total_memory // 2**20}MB"
+        return (f"_TpuDeviceProperties(name={self.name!r}, index={self.index}, platform={self.platform!r}, "
+                f"platform_version={self.platform_version!r}, total_memory={total})")
+
+
+def get_device_properties(device: Any = None) -> _TpuDeviceProperties:
+    return _TpuDeviceProperties(_runtime(), _index(device))
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """Raises: a compute capability is CUDA's notion, and a TPU has none. A
+    made-up number would steer code written for GPUs (kernel selection,
+    ``major >= 8`` checks for bfloat16) wrongly; every tpu device supports
+    bfloat16. :func:`get_device_properties` describes the device."""
+    raise NotImplementedError(
+        "torch.tpu.get_device_capability: TPUs have no CUDA compute capability; every tpu device supports "
+        "bfloat16. Use torch.tpu.get_device_properties() to describe the device.")
 
 
 # --------------------------------------------------------------------- amp
@@ -233,19 +291,161 @@ def stream(stream: torch.Stream | None) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ memory
+#
+# The numbers are the runtime's own accounting of its device buffers (each
+# PJRT buffer counted while it lives, at the logical size of its contents),
+# plus the device's total and free memory from the PJRT plugin, or from the
+# host for the XLA CPU plugin, which knows neither. There is no caching
+# allocator: a freed tensor returns its buffer to PJRT at once, so
+# "reserved" equals "allocated", and like CUDA's the statistics are empty
+# until the device is first used.
+
+
+def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+    """The memory statistics of ``device`` as nested dicts, in the format of
+    ``torch.cuda.memory_stats_as_nested_dict`` (pool "all" only: there are
+    no pools). Each buffer is one PJRT allocation of exactly the bytes asked
+    for, active while it lives, so allocations, segments and active blocks
+    are counted alike, and so are allocated, requested, reserved and active
+    bytes. Blocks are never split and allocations never retried, so those
+    counters are 0. ``num_ooms`` counts the buffer creations and launches
+    the plugin refused with RESOURCE_EXHAUSTED. Empty (and the runtime not
+    started) before the first tpu tensor."""
+    if not _C._runtime_started():
+        return {}
+    m = _runtime().memory_stats(_index(device))
+
+    def stat(kind: str | None) -> dict[str, dict[str, int]]:
+        keys = ("current", "live"), ("peak", "peak"), ("allocated", "allocated"), ("freed", "freed")
+        return {"all": {k: m[f"{f}_{kind}"] if kind else 0 for k, f in keys}}
+
+    return {
+        "active": stat("buffers"), "active_bytes": stat("bytes"),
+        "allocated_bytes": stat("bytes"), "allocation": stat("buffers"),
+        "inactive_split": stat(None), "inactive_split_bytes": stat(None),
+        "requested_bytes": stat("bytes"), "reserved_bytes": stat("bytes"), "segment": stat("buffers"),
+        "num_alloc_retries": 0, "num_device_alloc": m["allocated_buffers"],
+        "num_device_free": m["freed_buffers"], "num_ooms": m["num_ooms"], "num_sync_all_streams": 0,
+    }
+
+
+def memory_stats(device: Any = None) -> OrderedDict[str, Any]:
+    """The memory statistics of ``device`` as ``torch.cuda.memory_stats``
+    gives them: a flat, sorted dict keyed like ``"allocated_bytes.all.peak"``
+    (see :func:`memory_stats_as_nested_dict` for what each means here)."""
+    flat: list[tuple[str, Any]] = []
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, sub in v.items():
+                walk(f"{prefix}.{k}" if prefix else k, sub)
+        else:
+            flat.append((prefix, v))
+
+    walk("", memory_stats_as_nested_dict(device))
+    return OrderedDict(sorted(flat))
 
 
 def memory_allocated(device: Any = None) -> int:
-    """Bytes of live device buffers."""
-    return _runtime().memory(_index(device))[0]
+    """Bytes of live tpu tensors' device buffers. A storage gets its buffer
+    when it is first written, so ``torch.empty`` alone allocates nothing."""
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return _runtime().memory(_index(device))[1]
+    """The peak of :func:`memory_allocated` since the start or the last
+    :func:`reset_peak_memory_stats`."""
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device: Any = None) -> int:
+    """Equal to :func:`memory_allocated`: nothing caches freed memory."""
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    """Equal to :func:`max_memory_allocated`: nothing caches freed memory."""
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    _runtime().reset_peak_memory(_index(device))
+    """Restarts the peaks (bytes and buffers) from what is live now."""
+    if _C._runtime_started():
+        _runtime().reset_peak_memory(_index(device))
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    """Zeroes the cumulative totals: allocated and freed bytes and buffers,
+    and the OOM count."""
+    if _C._runtime_started():
+        _runtime().reset_accumulated_memory(_index(device))
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    """Deprecated as in ``torch.cuda``: calls :func:`reset_peak_memory_stats`."""
+    warnings.warn("torch.tpu.reset_max_memory_allocated now calls torch.tpu.reset_peak_memory_stats, which resets "
+                  "all peak memory stats", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """``(free, total)`` bytes of ``device``, as ``torch.cuda.mem_get_info``.
+    From the PJRT plugin where it reports a memory limit (libtpu, CUDA);
+    for the XLA CPU plugin, whose devices are host memory, the host's
+    MemAvailable and MemTotal lowered to the process's cgroup limits, the
+    same for every device. Free counts every user of the memory, not only
+    this process's tensors. Raises NotImplementedError for a plugin that
+    reports no limit."""
+    m = _runtime().memory_info(_index(device))
+    return m["free"], m["total"]
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A table of :func:`memory_stats`, laid out as ``torch.cuda.memory_summary``
+    (``abbreviated`` is accepted for compatibility: there are no per-pool
+    rows to leave out)."""
+    stats = memory_stats(device)
+    # Before the runtime starts the current device is not settled yet (it
+    # depends on the device count), and asking must not start it.
+    index = _index(device) if _C._runtime_started() else _explicit_index(device)
+    width = 75
+    rows = [("allocated_bytes", "Allocated memory"), ("active_bytes", "Active memory"),
+            ("requested_bytes", "Requested memory"), ("reserved_bytes", "TPU reserved memory"),
+            ("inactive_split_bytes", "Non-releasable memory"), ("allocation", "Allocations"),
+            ("active", "Active allocs"), ("segment", "TPU reserved segments"),
+            ("inactive_split", "Non-releasable allocs")]
+    device_id = "(current; tpu not initialized)" if index is None else index
+    lines = ["=" * width, f" PyTorch TPU memory summary, device ID {device_id}".ljust(width), "-" * width,
+             f" TPU OOMs: {stats.get('num_ooms', 0):<12d} | allocation retries: {stats.get('num_alloc_retries', 0)}"
+             .ljust(width), "=" * width,
+             "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  "]
+    for key, name in rows:
+        fmt = _format_size if key.endswith("bytes") else _format_count
+        cells = [fmt(stats.get(f"{key}.all.{k}", 0)) for k in ("current", "peak", "allocated", "freed")]
+        lines += ["-" * width, f" {name:<21} | " + " | ".join(cells) + " "]
+    lines.append("=" * width)
+    return "".join(f"|{line}|\n" for line in lines)
+
+
+def _format_size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps 4 significant digits, as
+    CUDA's summary shows them (e.g. "  4096 B  ", "  1536 KiB")."""
+    units = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    unit = 0
+    while unit + 1 < len(units) and n >= 768 * 1024:
+        n //= 1024
+        unit += 1
+    return f"{n:6d} {units[unit]}"
+
+
+def _format_count(n: int) -> str:
+    unit = ""
+    for u in ("K", "M"):
+        if n < 750 * 1000:
+            break
+        n //= 1000
+        unit = u
+    return f"{n:7d} {unit or ' '} "
 
 
 def empty_cache() -> None:

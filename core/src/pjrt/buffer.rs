@@ -97,7 +97,7 @@ impl std::fmt::Debug for Buffer {
 impl Buffer {
     /// Takes ownership of `raw`; `bytes` is its size, for memory accounting.
     pub(crate) fn from_raw(client: Arc<Client>, raw: *mut sys::PJRT_Buffer, device: usize, bytes: usize) -> Buffer {
-        client.memory(device).add(bytes as i64);
+        client.memory(device).alloc(bytes);
         Buffer { client, raw, device, bytes, counted: std::sync::atomic::AtomicBool::new(true) }
     }
 
@@ -149,7 +149,8 @@ impl Buffer {
         let mut a = args!(PJRT_Buffer_CopyToDevice_Args);
         a.buffer = self.raw;
         a.dst_device = self.client.raw_device(device);
-        api.call("PJRT_Buffer_CopyToDevice", api.table().PJRT_Buffer_CopyToDevice, &mut a)?;
+        let made = api.call("PJRT_Buffer_CopyToDevice", api.table().PJRT_Buffer_CopyToDevice, &mut a);
+        self.client.count_oom(&[device], made)?;
         Ok(Buffer::from_raw(self.client.clone(), a.dst_buffer, device, self.bytes))
     }
 
@@ -165,11 +166,13 @@ impl Buffer {
     /// to the output and stops counting as this buffer's), or undoes that.
     pub fn set_donated(&self, donated: bool) {
         if self.counted.swap(!donated, std::sync::atomic::Ordering::Relaxed) == donated {
+            // Undoing a donation counts as a new allocation rather than
+            // taking back the free, so the cumulative totals only grow.
             let m = self.client.memory(self.device);
             if donated {
-                m.sub(self.bytes as i64);
+                m.free(self.bytes);
             } else {
-                m.add(self.bytes as i64);
+                m.alloc(self.bytes);
             }
         }
     }
@@ -196,7 +199,7 @@ impl Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if *self.counted.get_mut() {
-            self.client.memory(self.device).sub(self.bytes as i64);
+            self.client.memory(self.device).free(self.bytes);
         }
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_Destroy_Args);

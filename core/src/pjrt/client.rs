@@ -1,6 +1,5 @@
 //! A PJRT client: devices, host-to-device transfers, compilation.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -8,6 +7,7 @@ use super::api::owned_str;
 use super::buffer::{Buffer, ElementType};
 use super::executable::Executable;
 use super::kv::{self, KeyValueStore};
+use super::memory::{MemoryStats, PjrtMemoryStats};
 use super::{args, sys, Api, CompileOptions};
 use crate::error::{Error, Result};
 
@@ -22,32 +22,6 @@ pub struct DeviceInfo {
     pub kind: String,
     pub local_hardware_id: i32,
     pub description: String,
-}
-
-/// Bytes held by live buffers on one device, and the high-water mark.
-#[derive(Debug, Default)]
-pub struct MemoryStats {
-    live: AtomicI64,
-    peak: AtomicI64,
-}
-
-impl MemoryStats {
-    pub(crate) fn add(&self, bytes: i64) {
-        let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-    }
-    pub(crate) fn sub(&self, bytes: i64) {
-        self.live.fetch_sub(bytes, Ordering::Relaxed);
-    }
-    pub fn live(&self) -> i64 {
-        self.live.load(Ordering::Relaxed)
-    }
-    pub fn peak(&self) -> i64 {
-        self.peak.load(Ordering::Relaxed)
-    }
-    pub fn reset_peak(&self) {
-        self.peak.store(self.live(), Ordering::Relaxed);
-    }
 }
 
 /// A PJRT client and its addressable devices.
@@ -235,6 +209,33 @@ impl Client {
         &self.memory[device]
     }
 
+    /// Counts a RESOURCE_EXHAUSTED `result` of creating buffers or
+    /// launching a program on `devices` as an out-of-memory event on each
+    /// (PJRT does not say which device of a replicated launch ran out).
+    pub(crate) fn count_oom<T>(&self, devices: &[usize], result: Result<T>) -> Result<T> {
+        if let Err(e) = &result {
+            if e.code() == crate::error::Code::ResourceExhausted {
+                devices.iter().for_each(|&d| self.memory[d].record_oom());
+            }
+        }
+        result
+    }
+
+    /// The plugin's own memory statistics of `device`
+    /// (`PJRT_Device_MemoryStats`). UNIMPLEMENTED where the plugin keeps
+    /// none; fields it leaves unset are `None`.
+    pub fn device_memory_stats(&self, device: usize) -> Result<PjrtMemoryStats> {
+        let mut a = args!(PJRT_Device_MemoryStats_Args);
+        a.device = self.devices[device];
+        self.api.call("PJRT_Device_MemoryStats", self.api.table().PJRT_Device_MemoryStats, &mut a)?;
+        let set = |v: i64, is_set: bool| is_set.then_some(v);
+        Ok(PjrtMemoryStats {
+            bytes_in_use: a.bytes_in_use,
+            peak_bytes_in_use: set(a.peak_bytes_in_use, a.peak_bytes_in_use_is_set),
+            bytes_limit: set(a.bytes_limit, a.bytes_limit_is_set),
+        })
+    }
+
     /// Checks a user-supplied device index.
     pub fn check_device(&self, index: i64) -> Result<usize> {
         if index < 0 || index as usize >= self.devices.len() {
@@ -279,7 +280,12 @@ impl Client {
         a.num_dims = dims.len();
         a.host_buffer_semantics = sys::PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
         a.device = self.devices[device];
-        self.api.call("PJRT_Client_BufferFromHostBuffer", self.api.table().PJRT_Client_BufferFromHostBuffer, &mut a)?;
+        let made = self.api.call(
+            "PJRT_Client_BufferFromHostBuffer",
+            self.api.table().PJRT_Client_BufferFromHostBuffer,
+            &mut a,
+        );
+        self.count_oom(&[device], made)?;
         // With kImmutableOnlyDuringCall the copy is done; the event only
         // signals what we already know.
         if !a.done_with_host_buffer.is_null() {

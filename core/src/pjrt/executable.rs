@@ -140,7 +140,9 @@ impl Executable {
             Some(d) => self.client.raw_device(d),
             None => std::ptr::null_mut(),
         };
-        api.call("PJRT_LoadedExecutable_Execute", api.table().PJRT_LoadedExecutable_Execute, &mut a)?;
+        let launched = api.call("PJRT_LoadedExecutable_Execute", api.table().PJRT_LoadedExecutable_Execute, &mut a);
+        // The outputs are allocated at launch.
+        self.client.count_oom(replica_devices, launched)?;
         let outs = out_raw
             .into_iter()
             .enumerate()

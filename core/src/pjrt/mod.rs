@@ -17,15 +17,17 @@ pub mod discovery;
 mod event;
 mod executable;
 pub mod kv;
+pub mod memory;
 mod sys;
 
 pub use api::Api;
 pub use buffer::{Buffer, ElementType};
-pub use client::{Client, CreateOption, DeviceInfo, MemoryStats};
+pub use client::{Client, CreateOption, DeviceInfo};
 pub use compile_options::CompileOptions;
 pub use event::Event;
 pub use executable::Executable;
 pub use kv::{DistributedOptions, KeyValueStore, MemoryStore};
+pub use memory::{MemorySnapshot, MemoryStats, PjrtMemoryStats};
 
 /// Declares a zeroed PJRT argument struct with `struct_size` filled in. Our
 /// header and the plugin's come from the same package, so `size_of` is at

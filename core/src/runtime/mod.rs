@@ -9,6 +9,7 @@ mod checks;
 mod collective;
 mod eager;
 mod fused;
+mod memory;
 pub mod mode;
 pub mod rng;
 pub mod stats;
@@ -22,6 +23,7 @@ use parking_lot::Mutex;
 
 pub use mode::{current_mode, global_mode, set_global_mode, set_thread_mode, thread_mode, ExecMode};
 pub use fused::FlushInfo;
+pub use memory::{MemoryInfo, MemorySource};
 pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Stream, StreamEvent, Streams};
 
@@ -174,8 +176,8 @@ impl Runtime {
     /// Bytes of live buffers and their peak on `device`.
     pub fn memory(&self, device: usize) -> Result<(i64, i64)> {
         let d = self.device(device as i64)?;
-        let m = self.client.memory(d);
-        Ok((m.live(), m.peak()))
+        let s = self.client.memory(d).snapshot();
+        Ok((s.bytes.current, s.bytes.peak))
     }
 
     /// Restarts peak tracking on `device` from its current live bytes, so the

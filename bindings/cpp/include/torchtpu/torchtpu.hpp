@@ -486,6 +486,10 @@ inline void Event::record(const Stream& stream) {
 using Stats = ttpu_stats_t;
 /// Fused-mode counters (`ttpu_fusion_stats_t`).
 using FusionStats = ttpu_fusion_stats_t;
+/// One device's buffer accounting (see `ttpu_memory_stats_t`).
+using MemoryStats = ttpu_memory_stats_t;
+/// One device's total and free memory (see `ttpu_memory_info_t`).
+using MemoryInfo = ttpu_memory_info_t;
 
 /// A key-value store shared by every process of a client that spans
 /// processes (`ttpu_kv_store_t`). PJRT calls it from its own threads,
@@ -635,6 +639,26 @@ class Runtime {
   /// Resets the peak `memory(index)` reports to the bytes live now.
   void reset_peak_memory(int64_t index = 0) const {
     detail::check(ttpu_runtime_reset_peak_memory(handle("reset_peak_memory"), index));
+  }
+  /// Device `index`'s buffer accounting: bytes and buffers live, peak,
+  /// allocated and freed, and OOMs.
+  MemoryStats memory_stats(int64_t index = 0) const {
+    MemoryStats s{};
+    s.struct_size = sizeof(MemoryStats);
+    detail::check(ttpu_runtime_memory_stats(handle("memory_stats"), index, &s));
+    return s;
+  }
+  /// Zeroes device `index`'s allocated and freed totals and OOM count.
+  void reset_accumulated_memory(int64_t index = 0) const {
+    detail::check(ttpu_runtime_reset_accumulated_memory(handle("reset_accumulated_memory"), index));
+  }
+  /// Device `index`'s total and free memory; throws UNIMPLEMENTED where the
+  /// plugin cannot tell (see `ttpu_runtime_memory_info`).
+  MemoryInfo memory_info(int64_t index = 0) const {
+    MemoryInfo m{};
+    m.struct_size = sizeof(MemoryInfo);
+    detail::check(ttpu_runtime_memory_info(handle("memory_info"), index, &m));
+    return m;
   }
   /// Device `index`'s default random generator state: (seed, random ops
   /// drawn since). `Generator::default_for` gives a handle to it.
