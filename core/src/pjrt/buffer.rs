@@ -209,7 +209,7 @@ impl Drop for Buffer {
         }
         // A closed client took the buffer's memory along; its handle must
         // not reach the plugin any more.
-        let Ok(_live) = self.client.enter() else { return };
+        let Ok(_live) = self.client.enter() else { return super::client::orphan(self.raw) };
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_Destroy_Args);
         a.buffer = self.raw;

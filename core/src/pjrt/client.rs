@@ -59,7 +59,8 @@ impl MemoryStats {
 /// [`Client::close`] destroys the PJRT client while buffers and executables
 /// made by it may still exist (they hold an `Arc<Client>`). From then on they
 /// are inert: every call through them fails with [`closed_error`], and
-/// dropping one frees nothing (the plugin's memory went with the client).
+/// dropping one frees nothing (the plugin's memory went with the client; its
+/// wrapper object is kept, see `ORPHANS`).
 pub struct Client {
     api: Arc<Api>,
     raw: *mut sys::PJRT_Client,
@@ -84,6 +85,21 @@ pub struct Client {
 /// Proof that the PJRT client stays alive while it is held (see
 /// [`Client::enter`]).
 pub(crate) type Live<'a> = RwLockReadGuard<'a, bool>;
+
+/// The plugin's objects (buffers, executables) dropped after their client was
+/// closed. Freeing one needs its client, so they are kept, reachable (leak
+/// checkers see no leak), until the process ends: closing happens at exit.
+static ORPHANS: parking_lot::Mutex<Vec<Orphan>> = parking_lot::Mutex::new(Vec::new());
+
+struct Orphan(#[allow(dead_code)] *mut std::ffi::c_void);
+
+// SAFETY: an orphan is never used again; the pointer is only kept.
+unsafe impl Send for Orphan {}
+
+/// Keeps `raw`, an object of a closed client, instead of freeing it.
+pub(crate) fn orphan<T>(raw: *mut T) {
+    ORPHANS.lock().push(Orphan(raw.cast()));
+}
 
 /// What any call fails with once [`Client::close`] destroyed the client.
 pub fn closed_error() -> Error {

@@ -181,7 +181,7 @@ impl Executable {
 impl Drop for Executable {
     fn drop(&mut self) {
         // A closed client took the executable along.
-        let Ok(_live) = self.client.enter() else { return };
+        let Ok(_live) = self.client.enter() else { return super::client::orphan(self.raw) };
         let api = self.client.api();
         let mut a = args!(PJRT_LoadedExecutable_Destroy_Args);
         a.executable = self.raw;
