@@ -17,7 +17,9 @@ def register() -> None:
 
     _launch.configure_visibility()  # before the PJRT client starts
     from . import _C  # loading it registers kernels, guard, allocator, hooks
-    from . import distributed, tpu
+    from . import _exit, distributed, tpu
+
+    _exit.install()  # the runtime's orderly end at interpreter exit
 
     _launch.bind_local_rank(_C._set_first_default_device)
 
