@@ -15,6 +15,9 @@ PyTorch's autograd engine bounds its own shutdown); when work is still
 running then (a program that never ends), the runtime is left running and
 the process exits as it would have without the hook. ``0`` turns the hook
 off. A failure is reported on stderr and never changes the exit status.
+
+The hook also ends the heartbeat threads of ``tpu`` process groups that were
+never destroyed (see ``distributed._Heartbeat.stop_all``).
 """
 
 from __future__ import annotations
@@ -42,13 +45,18 @@ def _timeout() -> float:
 
 
 def shutdown_at_exit() -> None:
-    """The atexit hook: shuts the runtime down if this process started one."""
+    """The atexit hook: ends the process groups' heartbeat threads, then
+    shuts the runtime down if this process started one."""
     from . import _C
 
     timeout = _timeout()
-    if _forked or timeout <= 0 or not _C._runtime_started():
+    if _forked or timeout <= 0:
         return
-    from . import tpu
+    from . import distributed, tpu
+
+    distributed._Heartbeat.stop_all(min(timeout, 2 * distributed.HEARTBEAT_S))
+    if not _C._runtime_started():
+        return
 
     try:
         # Through the C ABI, which releases the GIL for the wait: threads
