@@ -1,8 +1,9 @@
 """A clean interpreter exit: a short training script on "tpu", with work
 still in flight when it ends, exits with status 0 and no abort ("terminate
 called ...") run after run, in every eager mode. Also what the exit hook
-does: later device use fails cleanly, user atexit hooks still run first,
-and it can be turned off."""
+does: later device use fails cleanly, user atexit hooks still run first, it
+can be turned off, and it ends the heartbeat thread of a process group never
+destroyed (whose store call during finalization aborted DDP scripts).
 
 from __future__ import annotations
 
@@ -153,3 +154,29 @@ def test_shutdown_timeout_setting(tmp_path, timeout):
     check_clean(p, "script")
     want = "False" if timeout == "0" else "True"
     assert f"shut down: {want}" in p.stdout, p.stdout + p.stderr
+
+
+def test_exit_hook_stops_the_heartbeat_of_a_process_group_never_destroyed(tmp_path):
+    # The abort this file guards against was seen here: the group's daemon
+    # heartbeat thread, caught inside Store.set when the interpreter
+    # finalized, was ended by CPython through a C++ frame that cannot unwind.
+    code = textwrap.dedent("""
+        import datetime, os, threading
+        import torch
+        import torch.distributed as dist
+        from torchtpu import _exit
+
+        dist.init_process_group("cpu:gloo,tpu:tpu", init_method=os.environ["INIT"], rank=0, world_size=1,
+                                timeout=datetime.timedelta(seconds=30))
+        t = torch.ones(4, device="tpu")
+        dist.all_reduce(t)
+        beats = lambda: [th for th in threading.enumerate() if th.name.startswith("torchtpu-heartbeat")]
+        print("before", len(beats()))
+        _exit.shutdown_at_exit()
+        print("after", len(beats()))
+        # No destroy_process_group: the process exits with the group alive.
+    """)
+    p = run_script(tmp_path, code, env={"INIT": f"file://{tmp_path}/rendezvous", "GLOO_SOCKET_IFNAME": "lo",
+                                        "MASTER_ADDR": "127.0.0.1"})
+    check_clean(p, "script")
+    assert "before 1" in p.stdout and "after 0" in p.stdout, p.stdout + p.stderr
