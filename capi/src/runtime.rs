@@ -256,7 +256,8 @@ pub unsafe extern "C" fn ttpu_runtime_synchronize(runtime: *const ttpu_runtime_t
 /// joins the stream workers, and destroys the PJRT client. Then every call
 /// that needs the device fails with `TTPU_CODE_FAILED_PRECONDITION`, while
 /// tensors, streams, events and generators can still be destroyed (which
-/// frees nothing on the device: the plugin's memory went with the client).
+/// frees nothing on the device: that needs the client, so what they hold is
+/// kept until the process ends).
 /// The handle stays valid and is still freed with `ttpu_runtime_destroy`.
 /// A second call does nothing and returns NULL.
 ///

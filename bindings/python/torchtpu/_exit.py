@@ -8,7 +8,8 @@ PJRT plugin run under them. The hook below, registered with :mod:`atexit`
 when the backend loads, instead waits for that work, joins the runtime's
 threads and destroys the PJRT client (``ttpu_runtime_shutdown``) while the
 interpreter is still whole. Tensors freed later (module globals, during
-finalization) free nothing on the device: the client took its memory along.
+finalization) free nothing on the device (that would need the client);
+what they held goes with the process a moment later.
 
 ``TORCHTPU_SHUTDOWN_TIMEOUT`` bounds the wait, in seconds (default 10, as
 PyTorch's autograd engine bounds its own shutdown); when work is still

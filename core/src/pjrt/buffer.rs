@@ -207,8 +207,8 @@ impl Drop for Buffer {
         if *self.counted.get_mut() {
             self.client.memory(self.device).sub(self.bytes as i64);
         }
-        // A closed client took the buffer's memory along; its handle must
-        // not reach the plugin any more.
+        // Destroying it needs its client; once that is closed, the handle
+        // must not reach the plugin any more.
         let Ok(_live) = self.client.enter() else { return super::client::orphan(self.raw) };
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_Destroy_Args);

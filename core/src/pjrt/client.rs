@@ -59,8 +59,8 @@ impl MemoryStats {
 /// [`Client::close`] destroys the PJRT client while buffers and executables
 /// made by it may still exist (they hold an `Arc<Client>`). From then on they
 /// are inert: every call through them fails with [`closed_error`], and
-/// dropping one frees nothing (the plugin's memory went with the client; its
-/// wrapper object is kept, see `ORPHANS`).
+/// dropping one frees nothing (that needs the client): its plugin object is
+/// kept until the process ends, see `ORPHANS`.
 pub struct Client {
     api: Arc<Api>,
     raw: *mut sys::PJRT_Client,

@@ -180,7 +180,7 @@ impl Executable {
 
 impl Drop for Executable {
     fn drop(&mut self) {
-        // A closed client took the executable along.
+        // Destroying it needs its client; a closed one cannot.
         let Ok(_live) = self.client.enter() else { return super::client::orphan(self.raw) };
         let api = self.client.api();
         let mut a = args!(PJRT_LoadedExecutable_Destroy_Args);

@@ -395,7 +395,8 @@ impl Runtime {
     ///
     /// Afterwards every call that needs the device fails with
     /// FAILED_PRECONDITION; tensors can still be dropped (that frees
-    /// nothing: the plugin's memory went with the client). A second call
+    /// nothing: that needs the client, so what they hold is kept until the
+    /// process ends). A second call
     /// does nothing and succeeds.
     ///
     /// `timeout` bounds the waits (None: as long as it takes). If work is

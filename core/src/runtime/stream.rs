@@ -376,14 +376,15 @@ impl Stream {
         };
         let Some(msg) = unsent else { return };
         let err = Error::FailedPrecondition(format!("{self:?}: the runtime was shut down, so the stream runs no more work"));
-        let mut s = self.inner.shared.state.lock();
-        s.finished += 1;
+        self.inner.shared.state.lock().finished += 1;
         match msg {
             Msg::Record { point, .. } => point.complete(Some(err)),
             // Already stopped: what a stop waits for has happened.
             Msg::Stop { done } => done.complete(None),
+            // The unrun work is dropped after the lock is released: it may
+            // hold handles whose drop takes it.
             Msg::Work { .. } | Msg::Wait(_) => {
-                s.error.get_or_insert(err);
+                self.inner.shared.state.lock().error.get_or_insert(err);
             }
         }
     }
