@@ -3,7 +3,7 @@ still in flight when it ends, exits with status 0 and no abort ("terminate
 called ...") run after run, in every eager mode. Also what the exit hook
 does: later device use fails cleanly, user atexit hooks still run first, it
 can be turned off, and it ends the heartbeat thread of a process group never
-destroyed (whose store call during finalization aborted DDP scripts).
+destroyed (whose store call during finalization aborted DDP scripts)."""
 
 from __future__ import annotations
 
