@@ -66,6 +66,12 @@ fn shutdown_waits_reports_and_joins_every_thread() {
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert!(e.to_string().contains("shut down"), "{e}");
     assert_eq!(rt.tensor_to_host(&w).unwrap_err().code(), Code::FailedPrecondition);
+    // Also ops that would not reach the device at once: fused and views.
+    set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
+    assert_eq!(rt.call1("aten::add.Tensor", &[(&w).into(), (&w).into()]).unwrap_err().code(), Code::FailedPrecondition);
+    set_thread_mode(None).unwrap();
+    let e = rt.call1("aten::t", &[(&w).into()]).unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert_eq!(rt.tensor_from_host(&[0; 4], torchtpu_core::DType::F32, &[1], 0).unwrap_err().code(), Code::FailedPrecondition);
     let e = created.synchronize().unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
