@@ -250,6 +250,35 @@ pub unsafe extern "C" fn ttpu_runtime_synchronize(runtime: *const ttpu_runtime_t
     ffi_boundary!({ ttpu_runtime_t::borrow(runtime, "ttpu_runtime_synchronize")?.rt.synchronize() })
 }
 
+/// Shuts `runtime` down before the process exits, so that none of its
+/// threads, nor the PJRT plugin's, is running while static destructors run:
+/// flushes the pending graphs and waits for all launched work, stops and
+/// joins the stream workers, and destroys the PJRT client. Then every call
+/// that needs the device fails with `TTPU_CODE_FAILED_PRECONDITION`, while
+/// tensors, streams, events and generators can still be destroyed (which
+/// frees nothing on the device: that needs the client, so what they hold is
+/// kept until the process ends).
+/// The handle stays valid and is still freed with `ttpu_runtime_destroy`.
+/// A second call does nothing and returns NULL.
+///
+/// `timeout_ms` bounds the waits; a negative value waits as long as it
+/// takes. If work is still running at the deadline (a program that never
+/// ends, or calls on other threads), the error is
+/// `TTPU_CODE_DEADLINE_EXCEEDED` and the PJRT client is left alive, so the
+/// process can still exit as it would have without this call. Otherwise the
+/// runtime is shut down even when the work it waited for failed, and that
+/// failure is returned (as `ttpu_runtime_synchronize` would return it).
+/// Call it from no stream's work and with no other call on this runtime in
+/// progress on the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_shutdown(runtime: *const ttpu_runtime_t, timeout_ms: i64) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_shutdown")?;
+        let timeout = u64::try_from(timeout_ms).ok().map(std::time::Duration::from_millis);
+        r.rt.shutdown(timeout)
+    })
+}
+
 /// Turns the device-side index checks on (`enabled = true`, the default
 /// unless `TORCHTPU_INDEX_CHECKS=0`) or off. With them on, an out-of-range
 /// index in an indexing op (embedding, gather, scatter, index, index_put,

@@ -600,6 +600,13 @@ impl ProgramCache {
         self.enabled.load(Ordering::Relaxed)
     }
 
+    /// Drops the executables of the memory tier, keeping the disk tier and
+    /// the statistics: the runtime's shutdown destroys them before the PJRT
+    /// client that made them.
+    pub fn release_loaded(&self) {
+        self.state.lock().lru.clear();
+    }
+
     /// Empties the memory tier and the known summaries, and deletes every
     /// `*.ttpu` file of the cache directory (shared with other processes:
     /// this clears their disk tier too). Other files are left alone.

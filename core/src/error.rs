@@ -137,6 +137,11 @@ pub enum Error {
     #[error("{0}")]
     FailedPrecondition(String),
 
+    /// A bounded wait ended before what it waited for (a shutdown whose
+    /// work was still running).
+    #[error("{0}")]
+    DeadlineExceeded(String),
+
     // --- WebAssembly plugins ------------------------------------------------
     /// A WebAssembly plugin failed while lowering `op` or deciding a fusion
     /// cut. `kind` says how; the plugin is discarded and reinstantiated, so
@@ -187,6 +192,7 @@ impl Error {
             Error::NotFound(_) => Code::NotFound,
             Error::Internal(_) => Code::Internal,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::InOp { source, .. } => source.code(),
             Error::WasmPlugin { kind, .. } => kind.code(),
             Error::WasmPluginRejected { .. } => Code::InvalidArgument,

@@ -4,6 +4,7 @@ NULL or closed handles."""
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -165,3 +166,23 @@ def test_closed_handles_raise(rt):
 
 def test_stream_and_event_exported():
     assert torchtpu.Stream is Stream and torchtpu.Event is Event
+
+
+def test_shutdown_waits_then_device_calls_fail_and_handles_still_close():
+    # A runtime of its own: the session's must stay usable.
+    with torchtpu.Runtime() as own:
+        a = own.from_numpy(np.array([1.0, 2.0, 3.0], dtype=np.float32))
+        (out,) = own.call("aten::mul.Tensor", a, a)  # in flight (fused: pending)
+        s = own.create_stream(0)
+        own.shutdown(timeout=60)
+        own.shutdown()  # a second one is a no-op
+        with pytest.raises(torchtpu.FailedPreconditionError, match="shut down"):
+            out.numpy()
+        with pytest.raises(torchtpu.FailedPreconditionError):
+            own.call("aten::mul.Tensor", a, a)
+        with pytest.raises(torchtpu.FailedPreconditionError):
+            s.synchronize()
+        assert own.device_count() > 0  # needs no device
+        s.close()
+        out.close()  # freed after the shutdown: nothing reaches the plugin
+        a.close()

@@ -123,5 +123,18 @@ int main() {
     check::ok(static_cast<bool>(t), "still owned; destroyed after the runtime without a double free");
   });
 
+  check::run("handles outlive a shutdown", [&] {
+    torchtpu::Runtime r;
+    torchtpu::Tensor t = r.from_host(std::vector<float>{1, 2}, {2});
+    torchtpu::Tensor u = torchtpu::call1(r, "aten::add.Tensor", t, t);  // in flight
+    torchtpu::Stream s = r.create_stream(0);
+    r.shutdown(std::chrono::seconds(60));
+    r.shutdown();  // a second one is a no-op
+    check::throws(TTPU_CODE_FAILED_PRECONDITION, [&] { (void)u.to_host<float>(); }, "read after shutdown");
+    check::throws(TTPU_CODE_FAILED_PRECONDITION, [&] { s.synchronize(); }, "stream after shutdown");
+    check::eq(r.device_count() > 0, true, "device count needs no device");
+    // t, u, s and r are destroyed here, after the shutdown, without the device.
+  });
+
   return check::finish();
 }

@@ -19,7 +19,9 @@ def register() -> None:
 
     _launch.configure_visibility()  # before the PJRT client starts
     from . import _C  # loading it registers kernels, guard, allocator, hooks
-    from . import _multiprocessing, distributed, tpu
+    from . import _exit, _multiprocessing, distributed, tpu
+
+    _exit.install()  # the runtime's orderly end at interpreter exit
 
     _launch.bind_local_rank(_C._set_first_default_device)
 

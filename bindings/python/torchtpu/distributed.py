@@ -29,6 +29,7 @@ import os
 import threading
 import time
 import traceback
+import weakref
 import zlib
 from typing import Any, Callable, Iterable, Sequence
 
@@ -250,6 +251,9 @@ class _Heartbeat:
     """Each rank writes ``"<unix time> <collectives done>"`` to the store every
     second, so that a failing rank can tell its peers' state."""
 
+    # Live heartbeats, for stop_all at interpreter exit.
+    _live: "weakref.WeakSet[_Heartbeat]" = weakref.WeakSet()
+
     def __init__(self, store: dist.Store, rank: int, size: int):
         self._store, self._rank, self._size = store, rank, size
         self.seq = 0
@@ -257,6 +261,22 @@ class _Heartbeat:
         self._beat()
         self._thread = threading.Thread(target=self._run, name=f"torchtpu-heartbeat-{rank}", daemon=True)
         self._thread.start()
+        _Heartbeat._live.add(self)
+
+    @classmethod
+    def stop_all(cls, timeout: float) -> None:
+        """Stops every heartbeat thread and waits up to ``timeout`` seconds in
+        all for them to end. Called at interpreter exit for process groups
+        never destroyed: a daemon thread caught inside a store call (C++
+        that released the GIL) when the interpreter finalizes is ended by
+        CPython, and that aborts the process ("terminate called without an
+        active exception")."""
+        beats = list(cls._live)
+        for b in beats:
+            b.stop()
+        deadline = time.monotonic() + timeout
+        for b in beats:
+            b._thread.join(max(0.0, deadline - time.monotonic()))
 
     def _beat(self) -> None:
         self._store.set(f"heartbeat/{self._rank}", f"{time.time():.3f} {self.seq}")

@@ -388,6 +388,17 @@ class Runtime(_Owned):
     def synchronize(self) -> None:
         check(lib.ttpu_runtime_synchronize(self.handle))
 
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Shuts the runtime down before the process exits
+        (``ttpu_runtime_shutdown``): waits for the work in flight, joins the
+        stream workers and destroys the PJRT client. Later device calls raise
+        FailedPreconditionError; tensors can still be freed. Waits at most
+        ``timeout`` seconds (None: as long as it takes); raises
+        DeadlineExceededError if work was still running then (the runtime
+        is left running), else the error of the work it waited for, if any."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        check(lib.ttpu_runtime_shutdown(self.handle, ms))
+
     def default_stream(self, device: int = 0) -> Stream:
         out = ffi.new("ttpu_stream_t**")
         check(lib.ttpu_stream_default(self.handle, device, out))

@@ -74,7 +74,9 @@ impl ElementType {
 /// An owned PJRT buffer on one device.
 ///
 /// Thread-safe. Dropping it while a launched program still reads it is fine:
-/// PJRT frees the memory once pending work is done.
+/// PJRT frees the memory once pending work is done. Once its client is
+/// closed ([`Client::close`]) it is inert: calls fail and dropping it frees
+/// nothing.
 pub struct Buffer {
     client: Arc<Client>,
     raw: *mut sys::PJRT_Buffer,
@@ -124,6 +126,8 @@ impl Buffer {
                 self.bytes
             )));
         }
+        // Held through the wait: the client must outlive the transfer.
+        let _live = self.client.enter()?;
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_ToHostBuffer_Args);
         a.src = self.raw;
@@ -135,6 +139,7 @@ impl Buffer {
 
     /// An event that fires when the buffer's contents are computed (or failed).
     pub fn ready_event(&self) -> Result<Event> {
+        let _live = self.client.enter()?;
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_ReadyEvent_Args);
         a.buffer = self.raw;
@@ -145,6 +150,7 @@ impl Buffer {
     /// Copies the buffer to another device of the same client.
     pub fn copy_to_device(&self, device: usize) -> Result<Buffer> {
         let _span = tracing::debug_span!("d2d", bytes = self.bytes, from = self.device, to = device).entered();
+        let _live = self.client.enter()?;
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_CopyToDevice_Args);
         a.buffer = self.raw;
@@ -156,6 +162,7 @@ impl Buffer {
 
     /// Whether PJRT deleted the buffer (it was donated to an execution).
     pub fn is_deleted(&self) -> bool {
+        let Ok(_live) = self.client.enter() else { return false };
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_IsDeleted_Args);
         a.buffer = self.raw;
@@ -179,6 +186,7 @@ impl Buffer {
 
     /// The element type PJRT reports.
     pub fn element_type(&self) -> Option<ElementType> {
+        let _live = self.client.enter().ok()?;
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_ElementType_Args);
         a.buffer = self.raw;
@@ -188,6 +196,7 @@ impl Buffer {
 
     /// The dimensions PJRT reports.
     pub fn dims(&self) -> Result<Vec<i64>> {
+        let _live = self.client.enter()?;
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_Dimensions_Args);
         a.buffer = self.raw;
@@ -201,6 +210,9 @@ impl Drop for Buffer {
         if *self.counted.get_mut() {
             self.client.memory(self.device).free(self.bytes);
         }
+        // Destroying it needs its client; once that is closed, the handle
+        // must not reach the plugin any more.
+        let Ok(_live) = self.client.enter() else { return super::client::orphan(self.raw) };
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_Destroy_Args);
         a.buffer = self.raw;

@@ -1,7 +1,9 @@
 //! A PJRT client: devices, host-to-device transfers, compilation.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use parking_lot::{RwLock, RwLockReadGuard};
 
 use super::api::owned_str;
 use super::buffer::{Buffer, ElementType};
@@ -27,6 +29,12 @@ pub struct DeviceInfo {
 /// A PJRT client and its addressable devices.
 ///
 /// Thread-safe: PJRT clients may be used from any thread concurrently.
+///
+/// [`Client::close`] destroys the PJRT client while buffers and executables
+/// made by it may still exist (they hold an `Arc<Client>`). From then on they
+/// are inert: every call through them fails with [`closed_error`], and
+/// dropping one frees nothing (that needs the client): its plugin object is
+/// kept until the process ends, see `ORPHANS`.
 pub struct Client {
     api: Arc<Api>,
     raw: *mut sys::PJRT_Client,
@@ -38,9 +46,42 @@ pub struct Client {
     memory: Vec<MemoryStats>,
     platform_name: String,
     platform_version: String,
+    /// Whether `raw` still exists. Every call that reaches the PJRT client
+    /// or an object it made holds a read lock ([`Client::enter`]), and
+    /// [`Client::close`] takes the write lock, so the client is never
+    /// destroyed under a call in progress.
+    alive: RwLock<bool>,
     /// The key-value store's callbacks point here; dropped after the client
     /// (fields drop after `Drop::drop` destroys it).
     _kv: Option<Box<kv::Bridge>>,
+}
+
+/// Proof that the PJRT client stays alive while it is held (see
+/// [`Client::enter`]).
+pub(crate) type Live<'a> = RwLockReadGuard<'a, bool>;
+
+/// The plugin's objects (buffers, executables) dropped after their client was
+/// closed. Freeing one needs its client, so they are kept, reachable (leak
+/// checkers see no leak), until the process ends: closing happens at exit.
+static ORPHANS: parking_lot::Mutex<Vec<Orphan>> = parking_lot::Mutex::new(Vec::new());
+
+struct Orphan(#[allow(dead_code)] *mut std::ffi::c_void);
+
+// SAFETY: an orphan is never used again; the pointer is only kept.
+unsafe impl Send for Orphan {}
+
+/// Keeps `raw`, an object of a closed client, instead of freeing it.
+pub(crate) fn orphan<T>(raw: *mut T) {
+    ORPHANS.lock().push(Orphan(raw.cast()));
+}
+
+/// What any call fails with once [`Client::close`] destroyed the client.
+pub fn closed_error() -> Error {
+    Error::FailedPrecondition(
+        "the runtime was shut down (ttpu_runtime_shutdown; the PyTorch backend does it at interpreter exit): \
+         its PJRT client is destroyed and no device work can run"
+            .into(),
+    )
 }
 
 // SAFETY: see the type docs; the raw pointers are owned handles to
@@ -117,6 +158,7 @@ impl Client {
             memory: Vec::new(),
             platform_name: String::new(),
             platform_version: String::new(),
+            alive: RwLock::new(true),
             _kv: bridge,
         };
         client.describe()?;
@@ -272,6 +314,7 @@ impl Client {
             )));
         }
         let _span = tracing::trace_span!("h2d", bytes = data.len(), device).entered();
+        let _live = self.enter()?;
         let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args);
         a.client = self.raw;
         a.data = data.as_ptr() as *const _;
@@ -298,6 +341,7 @@ impl Client {
     /// errors and traces (an op name, "fused graph", ...).
     pub fn compile(self: &Arc<Self>, what: &str, mlir: &str, options: &CompileOptions) -> Result<Executable> {
         let _span = tracing::info_span!("compile", what, bytes = mlir.len()).entered();
+        let _live = self.enter()?;
         let start = Instant::now();
         let opts = options.encode();
         let format = "mlir";
@@ -325,6 +369,7 @@ impl Client {
     /// Loads an executable produced by [`Executable::serialize`].
     pub fn deserialize(self: &Arc<Self>, bytes: &[u8]) -> Result<Executable> {
         let _span = tracing::debug_span!("deserialize", bytes = bytes.len()).entered();
+        let _live = self.enter()?;
         let mut a = args!(PJRT_Executable_DeserializeAndLoad_Args);
         a.client = self.raw;
         a.serialized_executable = bytes.as_ptr() as *const _;
@@ -334,12 +379,55 @@ impl Client {
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
+impl Client {
+    /// Holds the client alive for a call through it or an object it made;
+    /// fails with [`closed_error`] once it is closed. The lock is taken
+    /// recursively, so a nested call never waits behind a pending close.
+    pub(crate) fn enter(&self) -> Result<Live<'_>> {
+        let live = self.alive.read_recursive();
+        if *live {
+            Ok(live)
+        } else {
+            Err(closed_error())
+        }
+    }
+
+    /// Whether [`Client::close`] destroyed the PJRT client.
+    pub fn is_closed(&self) -> bool {
+        !*self.alive.read_recursive()
+    }
+
+    /// Destroys the PJRT client now, before the last `Arc` to it goes, so
+    /// that its threads stop at a point of the caller's choosing (at process
+    /// exit: before static destructors run under them). Buffers and
+    /// executables still referring to it become inert (see the type docs).
+    ///
+    /// Waits up to `timeout` for calls in progress on other threads (a
+    /// compile, a transfer); if they are still running then, the client is
+    /// left alive and this returns false. Closing twice is a no-op. Must not
+    /// be called while the calling thread is inside [`Client::enter`].
+    pub fn close(&self, timeout: Duration) -> bool {
+        let Some(mut alive) = self.alive.try_write_for(timeout) else { return false };
+        if std::mem::replace(&mut *alive, false) {
+            self.destroy();
+        }
+        true
+    }
+
+    fn destroy(&self) {
+        let _span = tracing::debug_span!("pjrt_client_destroy").entered();
         let mut a = args!(PJRT_Client_Destroy_Args);
         a.client = self.raw;
         if let Err(e) = self.api.call("PJRT_Client_Destroy", self.api.table().PJRT_Client_Destroy, &mut a) {
             tracing::warn!("{e}");
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if *self.alive.get_mut() {
+            self.destroy();
         }
     }
 }

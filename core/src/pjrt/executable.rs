@@ -3,12 +3,15 @@
 use std::sync::Arc;
 
 use super::buffer::{Buffer, ElementType};
+use super::client::Live;
 use super::{args, sys, Client, Event};
 use crate::error::{Error, Result};
 
 /// A loaded executable.
 ///
 /// Thread-safe: one executable may be launched from several threads at once.
+/// Once its client is closed ([`Client::close`]) it is inert: calls fail and
+/// dropping it frees nothing.
 pub struct Executable {
     client: Arc<Client>,
     raw: *mut sys::PJRT_LoadedExecutable,
@@ -21,9 +24,11 @@ pub struct Executable {
 unsafe impl Send for Executable {}
 unsafe impl Sync for Executable {}
 
-/// The `PJRT_Executable` behind a loaded one; destroyed on drop.
+/// The `PJRT_Executable` behind a loaded one; destroyed on drop. It keeps the
+/// client alive while it exists.
 struct Unloaded<'a> {
     client: &'a Client,
+    _live: Live<'a>,
     raw: *mut sys::PJRT_Executable,
 }
 
@@ -78,11 +83,12 @@ impl Executable {
     }
 
     fn unloaded(&self) -> Result<Unloaded<'_>> {
+        let live = self.client.enter()?;
         let api = self.client.api();
         let mut a = args!(PJRT_LoadedExecutable_GetExecutable_Args);
         a.loaded_executable = self.raw;
         api.call("PJRT_LoadedExecutable_GetExecutable", api.table().PJRT_LoadedExecutable_GetExecutable, &mut a)?;
-        Ok(Unloaded { client: &self.client, raw: a.executable })
+        Ok(Unloaded { client: &self.client, _live: live, raw: a.executable })
     }
 
     pub fn num_outputs(&self) -> usize {
@@ -113,6 +119,7 @@ impl Executable {
         replica_devices: &[usize],
     ) -> Result<(Vec<Vec<Buffer>>, Vec<Event>)> {
         let _span = tracing::trace_span!("execute", replicas = args.len()).entered();
+        let _live = self.client.enter()?;
         let api = self.client.api();
         let num_args = args.first().map_or(0, |a| a.len());
         if args.len() != replica_devices.len() || args.iter().any(|a| a.len() != num_args) {
@@ -175,6 +182,8 @@ impl Executable {
 
 impl Drop for Executable {
     fn drop(&mut self) {
+        // Destroying it needs its client; a closed one cannot.
+        let Ok(_live) = self.client.enter() else { return super::client::orphan(self.raw) };
         let api = self.client.api();
         let mut a = args!(PJRT_LoadedExecutable_Destroy_Args);
         a.executable = self.raw;

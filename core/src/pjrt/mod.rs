@@ -22,7 +22,7 @@ mod sys;
 
 pub use api::Api;
 pub use buffer::{Buffer, ElementType};
-pub use client::{Client, CreateOption, DeviceInfo};
+pub use client::{closed_error, Client, CreateOption, DeviceInfo};
 pub use compile_options::CompileOptions;
 pub use event::Event;
 pub use executable::Executable;

@@ -41,6 +41,11 @@ impl Runtime {
     /// defaults may be left out). Returns one value per schema return; a
     /// `Tensor[]` return comes back as one [`Value::TensorList`].
     pub fn call(self: &Arc<Self>, name: &str, args: &[Value]) -> Result<Vec<Value>> {
+        // Checked here, not only at the device: a fused or view op would
+        // otherwise succeed after the shutdown and fail later, far from it.
+        if self.client().is_closed() {
+            return Err(crate::pjrt::closed_error().in_op(name));
+        }
         let reg = registry();
         let id = reg.lookup(name)?;
         let def = reg.get(id);

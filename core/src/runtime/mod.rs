@@ -18,6 +18,7 @@ pub mod stream;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -382,6 +383,75 @@ impl Runtime {
         let streams = self.streams.synchronize_all();
         let checked = self.index_checks.resolve();
         flushed.and(streams).and(checked)
+    }
+
+    /// Shuts the runtime down at the end of its use, so that nothing of it
+    /// runs while the process exits (the PyTorch backend calls this at
+    /// interpreter exit, before static destructors run):
+    ///
+    /// 1. flushes the pending graphs and waits for every launched program,
+    ///    as [`Runtime::synchronize`] does;
+    /// 2. stops and joins the stream workers;
+    /// 3. drops the cached executables and scalars, then destroys the PJRT
+    ///    client, which joins the plugin's threads.
+    ///
+    /// Afterwards every call that needs the device fails with
+    /// FAILED_PRECONDITION; tensors can still be dropped (that frees
+    /// nothing: that needs the client, so what they hold is kept until the
+    /// process ends). A second call
+    /// does nothing and succeeds.
+    ///
+    /// `timeout` bounds the waits (None: as long as it takes). If work is
+    /// still running at the deadline (a program that does not end, or calls
+    /// on other threads), the error is DEADLINE_EXCEEDED and the PJRT client
+    /// is left alive: the process can still exit as it would have without
+    /// the shutdown. Otherwise the runtime is shut down even if the work it
+    /// waited for failed, and that failure is returned.
+    pub fn shutdown(self: &Arc<Self>, timeout: Option<Duration>) -> Result<()> {
+        let _span = tracing::debug_span!("runtime_shutdown").entered();
+        if self.client.is_closed() {
+            return Ok(());
+        }
+        // Far enough to mean "no deadline" without overflowing an Instant.
+        let timeout = timeout.unwrap_or(Duration::from_secs(100 * 365 * 24 * 3600));
+        let deadline = Instant::now() + timeout;
+        let late = |what: &str, left: &str| {
+            Error::DeadlineExceeded(format!(
+                "runtime shutdown: {what} after {:.1} s, so {left} was left running",
+                timeout.as_secs_f64()
+            ))
+        };
+        // On a helper thread, so that work that never ends cannot hold the
+        // caller past the deadline (the helper is then left blocked).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rt = self.clone();
+        let helper = std::thread::Builder::new()
+            .name("ttpu-shutdown".into())
+            .spawn(move || {
+                let _ = tx.send(rt.synchronize());
+            })
+            .map_err(|e| Error::Internal(format!("runtime shutdown: cannot spawn a thread: {e}")))?;
+        let synced = match rx.recv_timeout(stream::remaining(deadline)) {
+            Ok(r) => r,
+            Err(_) => return Err(late("launched work was still running", "the runtime")),
+        };
+        let _ = helper.join();
+        if !self.streams.shutdown(deadline) {
+            return Err(late("stream work was still running", "the PJRT client"));
+        }
+        self.cache.lock().clear();
+        self.scalars.lock().clear();
+        self.programs.release_loaded();
+        if !self.client.close(stream::remaining(deadline)) {
+            return Err(late("calls into PJRT on other threads were still running", "the PJRT client"));
+        }
+        tracing::debug!("runtime shut down");
+        synced
+    }
+
+    /// Whether [`Runtime::shutdown`] destroyed the PJRT client.
+    pub fn is_shut_down(&self) -> bool {
+        self.client.is_closed()
     }
 
     /// Hands the completion event of a program launched for `op` to the

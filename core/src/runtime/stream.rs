@@ -27,6 +27,12 @@
 //! *later* point of its own stream; [`StreamEvent::synchronize`] refuses that
 //! case with an error, and [`Stream::synchronize`] from inside the stream's
 //! own work waits only for what was launched before it.
+//!
+//! Shutdown: [`Streams::shutdown`] stops every worker once the work queued
+//! before it has run, and joins them, so that no worker is left running
+//! while the process exits. Afterwards the streams still exist as handles,
+//! but work sent to them fails (the error surfaces at their next
+//! synchronize), and new streams get no worker.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -34,7 +40,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::{self, JoinHandle, ThreadId};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -60,6 +66,8 @@ enum Msg {
     /// `take_error` hands the stream's pending error to the point (a
     /// synchronize reports it once); otherwise the point gets a copy.
     Record { point: Arc<Point>, take_error: bool },
+    /// Ends the worker after the work before it, completing `done` last.
+    Stop { done: Arc<Point> },
 }
 
 /// What a stream's handles and its worker share. The worker holds this, never
@@ -150,6 +158,17 @@ impl Point {
             self.done.wait(&mut s);
         }
         s.error.clone().map_or(Ok(()), Err)
+    }
+
+    /// Blocks until complete or until `deadline`; whether it completed.
+    fn wait_until(&self, deadline: Instant) -> bool {
+        let mut s = self.state.lock();
+        while s.completed_at.is_none() {
+            if self.done.wait_until(&mut s, deadline).timed_out() {
+                return s.completed_at.is_some();
+            }
+        }
+        true
     }
 
     fn completed_at(&self) -> Option<Instant> {
@@ -243,6 +262,11 @@ fn run_worker(shared: Arc<Shared>, rx: crossbeam_channel::Receiver<Msg>) {
                 };
                 point.complete(err);
             }
+            Msg::Stop { done } => {
+                shared.state.lock().finished += 1;
+                done.complete(None);
+                break;
+            }
         }
     }
     WORKER.with(|w| *w.borrow_mut() = None);
@@ -251,15 +275,17 @@ fn run_worker(shared: Arc<Shared>, rx: crossbeam_channel::Receiver<Msg>) {
 /// Owns the sender and the worker; dropped with the last [`Stream`] clone.
 struct Inner {
     shared: Arc<Shared>,
+    /// None for a stream made after its registry shut down: it has no worker.
     tx: Option<Sender<Msg>>,
-    worker: Option<JoinHandle<()>>,
+    /// Taken by whoever joins the worker: the last handle, or a shutdown.
+    worker: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Disconnecting lets the worker drain what is queued and exit.
         drop(self.tx.take());
-        if let Some(h) = self.worker.take() {
+        if let Some(h) = self.worker.get_mut().take() {
             // The last handle may die inside the stream's own work (a closure
             // that captured a clone). Joining ourselves would deadlock; the
             // worker exits on its own once it returns to `recv`.
@@ -312,7 +338,19 @@ impl Stream {
                 move || run_worker(shared, rx)
             })
             .expect("spawning a stream worker thread");
-        Stream { inner: Arc::new(Inner { shared, tx: Some(tx), worker: Some(worker) }) }
+        Stream { inner: Arc::new(Inner { shared, tx: Some(tx), worker: Mutex::new(Some(worker)) }) }
+    }
+
+    /// A stream without a worker, for a registry that was shut down: work
+    /// sent to it fails, and its synchronize reports that.
+    fn stopped(device: usize, id: u64) -> Stream {
+        let shared = Arc::new(Shared {
+            key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
+            device,
+            id,
+            state: Mutex::new(State::default()),
+        });
+        Stream { inner: Arc::new(Inner { shared, tx: None, worker: Mutex::new(None) }) }
     }
 
     pub fn device(&self) -> usize {
@@ -330,19 +368,48 @@ impl Stream {
 
     fn send(&self, msg: Msg) {
         self.inner.shared.state.lock().submitted += 1;
-        let tx = self.inner.tx.as_ref().expect("the sender lives as long as a handle");
-        // The worker only stops once every handle is gone, and we are one, so
-        // this cannot fail; if it somehow did, no record may be left hanging.
-        if let Err(e) = tx.send(msg) {
-            let err = Error::Internal(format!("{self:?}: its worker is gone"));
-            let mut s = self.inner.shared.state.lock();
-            s.finished += 1;
-            if let Msg::Record { point, .. } = e.into_inner() {
-                point.complete(Some(err));
-            } else {
-                s.error.get_or_insert(err);
+        // While a handle lives, the worker stops only at a shutdown; after
+        // one, nothing sent runs, and no record may be left hanging.
+        let unsent = match &self.inner.tx {
+            Some(tx) => tx.send(msg).err().map(|e| e.into_inner()),
+            None => Some(msg),
+        };
+        let Some(msg) = unsent else { return };
+        let err = Error::FailedPrecondition(format!("{self:?}: the runtime was shut down, so the stream runs no more work"));
+        self.inner.shared.state.lock().finished += 1;
+        match msg {
+            Msg::Record { point, .. } => point.complete(Some(err)),
+            // Already stopped: what a stop waits for has happened.
+            Msg::Stop { done } => done.complete(None),
+            // The unrun work is dropped after the lock is released: it may
+            // hold handles whose drop takes it.
+            Msg::Work { .. } | Msg::Wait(_) => {
+                self.inner.shared.state.lock().error.get_or_insert(err);
             }
         }
+    }
+
+    /// Asks the worker to exit after the work queued so far (see
+    /// [`Stream::join_stopped`]).
+    fn request_stop(&self) -> Arc<Point> {
+        let done = Point::new(self.inner.shared.key);
+        self.send(Msg::Stop { done: done.clone() });
+        done
+    }
+
+    /// Joins the worker once `done` (from [`Stream::request_stop`]) has
+    /// completed, waiting until `deadline` at most; whether it was joined. A
+    /// worker still busy at the deadline is left to run (detached when the
+    /// last handle goes).
+    fn join_stopped(&self, done: &Point, deadline: Instant) -> bool {
+        if self.on_worker() || !done.wait_until(deadline) {
+            return false;
+        }
+        if let Some(h) = self.inner.worker.lock().take() {
+            // Past `done` the worker only returns.
+            let _ = h.join();
+        }
+        true
     }
 
     /// Runs `work` on the worker after everything submitted before it (and
@@ -502,6 +569,8 @@ pub struct Streams {
     /// Per-thread overrides of the current stream. Held here rather than in a
     /// thread-local so that they die with the runtime, not with the thread.
     current: Mutex<HashMap<(ThreadId, usize), Stream>>,
+    /// Set by [`Streams::shutdown`]: streams made later get no worker.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Streams {
@@ -517,6 +586,16 @@ impl Streams {
             created: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             current: Mutex::new(HashMap::new()),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A new stream, with a worker unless the registry was shut down.
+    fn make(&self, device: usize, id: u64) -> Stream {
+        if self.closed.load(Ordering::Acquire) {
+            Stream::stopped(device, id)
+        } else {
+            Stream::new(device, id)
         }
     }
 
@@ -526,14 +605,14 @@ impl Streams {
 
     /// The default stream of `device` (id 0), created on first use.
     pub fn default_stream(&self, device: usize) -> Stream {
-        self.defaults[device].get_or_init(|| Stream::new(device, 0)).clone()
+        self.defaults[device].get_or_init(|| self.make(device, 0)).clone()
     }
 
     /// A new stream on `device`, with a fresh id (1, 2, ...).
     pub fn create(&self, device: usize) -> Stream {
         assert!(device < self.defaults.len(), "device {device} out of range (have {})", self.defaults.len());
-        let s = Stream::new(device, self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut created = self.created.lock();
+        let s = self.make(device, self.next_id.fetch_add(1, Ordering::Relaxed));
         created.retain(|w| w.strong_count() > 0);
         created.push(Arc::downgrade(&s.inner));
         s
@@ -570,9 +649,8 @@ impl Streams {
         drop(replaced);
     }
 
-    /// Synchronizes every live stream (defaults, created, and any set
-    /// current). Returns the first error; every stream's is cleared.
-    pub fn synchronize_all(&self) -> Result<()> {
+    /// Every live stream: defaults, created, and any set current.
+    fn all(&self) -> Vec<Stream> {
         let mut all: Vec<Stream> = self.defaults.iter().filter_map(|d| d.get().cloned()).collect();
         all.extend(self.created.lock().iter().filter_map(|w| w.upgrade()).map(|inner| Stream { inner }));
         for s in self.current.lock().values() {
@@ -580,6 +658,13 @@ impl Streams {
                 all.push(s.clone());
             }
         }
+        all
+    }
+
+    /// Synchronizes every live stream (defaults, created, and any set
+    /// current). Returns the first error; every stream's is cleared.
+    pub fn synchronize_all(&self) -> Result<()> {
+        let all = self.all();
         let mut first = None;
         for s in &all {
             if let Err(e) = s.synchronize() {
@@ -591,4 +676,39 @@ impl Streams {
         }
         first.map_or(Ok(()), Err)
     }
+
+    /// Stops and joins every stream's worker after the work queued on it,
+    /// waiting until `deadline` at most; from now on, work sent to any of
+    /// this registry's streams fails and new streams get no worker. Returns
+    /// whether every worker was joined (one still busy at the deadline is
+    /// left running). Idempotent. Call it from outside stream work: a worker
+    /// cannot join itself.
+    pub fn shutdown(&self, deadline: Instant) -> bool {
+        {
+            // Under the lock `create` holds, so no stream it makes escapes.
+            let _created = self.created.lock();
+            self.closed.store(true, Ordering::Release);
+        }
+        let all = self.all();
+        // All asked first, so that they drain side by side.
+        let stops: Vec<Arc<Point>> = all.iter().map(Stream::request_stop).collect();
+        let mut joined = true;
+        for (s, done) in all.iter().zip(&stops) {
+            if !s.join_stopped(done, deadline) {
+                tracing::warn!(stream = ?s, "stream worker still busy at shutdown; left running");
+                joined = false;
+            }
+        }
+        joined
+    }
+
+    /// Whether [`Streams::shutdown`] ran.
+    pub fn is_shut_down(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+/// How long until `deadline`, zero once it passed.
+pub(crate) fn remaining(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
 }

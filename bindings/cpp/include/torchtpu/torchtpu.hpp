@@ -620,6 +620,15 @@ class Runtime {
 
   /// Waits for all launched work; throws the first asynchronous error.
   void synchronize() const { detail::check(ttpu_runtime_synchronize(handle("synchronize"))); }
+  /// Shuts the runtime down before the process exits (see
+  /// `ttpu_runtime_shutdown`): waits for work in flight, joins the stream
+  /// workers and destroys the PJRT client; later device calls throw
+  /// FAILED_PRECONDITION, while tensors can still be destroyed. A negative
+  /// timeout waits as long as it takes. Throws the error of the work it
+  /// waited for, or DEADLINE_EXCEEDED (then the runtime was left running).
+  void shutdown(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1)) const {
+    detail::check(ttpu_runtime_shutdown(handle("shutdown"), static_cast<int64_t>(timeout.count())));
+  }
   void manual_seed(uint64_t seed) const { detail::check(ttpu_runtime_manual_seed(handle("manual_seed"), seed)); }
   void clear_cache() const { detail::check(ttpu_runtime_clear_cache(handle("clear_cache"))); }
   Stats stats() const {
