@@ -114,6 +114,17 @@ def test_data_dependent_shapes_sync_and_work(eager_mode):
     t[t < 1] = 7.0
     x[x < 1] = 7.0
     torch.testing.assert_close(t.cpu(), x)
+    # 0-dim operands: the result is still 1-D, and masked_fill's backward
+    # (a masked select of a 0-dim gradient) works, as in a scalar loss gate.
+    for keep in (True, False):
+        s, m = torch.tensor(2.5), torch.tensor(keep)
+        assert torch.equal(s.to("tpu").masked_select(m.to("tpu")).cpu(), s.masked_select(m))
+        grads = []
+        for dev in ("cpu", "tpu"):
+            v = torch.tensor(1.5, device=dev, requires_grad=True)
+            (v.masked_fill(torch.tensor(keep, device=dev), 0.0) * v).backward()
+            grads.append(v.grad.cpu())
+        torch.testing.assert_close(grads[1], grads[0])
 
 
 def test_index_writes_of_cuda_scripts(eager_mode):

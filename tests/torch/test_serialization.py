@@ -298,9 +298,7 @@ def test_random_factories_on_another_device():
         "randint_like_low": lambda x, **kw: torch.randint_like(x, 3, 7, **kw),
     }
     for name, f in draws.items():
-        # randint_like on tpu needs aten::random_.from, which the runtime lacks.
-        moves = ((t, "cpu"),) if name.startswith("randint") else ((t, "cpu"), (src, "tpu"), (t, "tpu"))
-        for x, device in moves:
+        for x, device in ((t, "cpu"), (src, "tpu"), (t, "tpu")):
             out = f(x, device=device)
             assert out.device.type == device and out.shape == x.shape and out.dtype == x.dtype, name
             v = out.cpu()

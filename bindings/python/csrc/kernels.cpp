@@ -548,6 +548,11 @@ at::Tensor nonzero(const at::Tensor& self) {
 at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
   const std::vector<at::Tensor> b = at::broadcast_tensors({self, mask});
+  // The result is 1-D whatever the rank; a 0-dim pair is indexed as one
+  // element, since a 0-dim boolean index would select along no dimension.
+  if (b[0].dim() == 0) {
+    return at::index(b[0].reshape({1}), c10::List<std::optional<at::Tensor>>({b[1].reshape({1})}));
+  }
   return at::index(b[0], c10::List<std::optional<at::Tensor>>({b[1]}));
 }
 
