@@ -9,20 +9,9 @@ use common::*;
 use std::sync::Arc;
 
 use half::bf16;
-use torchtpu_core::runtime::set_thread_mode;
-use torchtpu_core::{DType, ExecMode, Runtime, Tensor, Value};
+use torchtpu_core::{DType, Runtime, Tensor, Value};
 
-const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
 const INF: f32 = f32::INFINITY;
-
-fn each_mode(body: impl Fn(&Arc<Runtime>, ExecMode)) {
-    let rt = rt();
-    for mode in MODES {
-        set_thread_mode(Some(mode)).unwrap();
-        body(&rt, mode);
-        set_thread_mode(None).unwrap();
-    }
-}
 
 fn i32s(rt: &Arc<Runtime>, data: &[i32]) -> Tensor {
     let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_ne_bytes()).collect();

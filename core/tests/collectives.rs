@@ -3,6 +3,7 @@
 //! values computed by hand, in every execution mode.
 
 mod common;
+use common::MODES;
 
 use std::sync::Arc;
 
@@ -12,7 +13,6 @@ use torchtpu_core::graph::FlushReason;
 use torchtpu_core::runtime::set_thread_mode;
 use torchtpu_core::{DType, ExecMode, Runtime, RuntimeOptions, Tensor, Value};
 
-const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
 const N: usize = 4;
 
 /// One test at a time: replicated programs of several clients running at

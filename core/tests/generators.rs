@@ -14,17 +14,6 @@ use torchtpu_core::graph::FlushReason;
 use torchtpu_core::runtime::set_thread_mode;
 use torchtpu_core::{Code, ExecMode, Generator, Runtime, Tensor, Value};
 
-const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
-
-/// Runs `body` once per execution mode on a fresh runtime.
-fn each_mode(mut body: impl FnMut(&Arc<Runtime>, ExecMode)) {
-    for mode in MODES {
-        let rt = rt();
-        set_thread_mode(Some(mode)).unwrap();
-        body(&rt, mode);
-        set_thread_mode(None).unwrap();
-    }
-}
 
 fn gen_arg(g: Option<&Generator>) -> Value {
     g.map_or(Value::None, Value::from)

@@ -9,20 +9,9 @@ use common::*;
 
 use std::sync::Arc;
 
-use torchtpu_core::runtime::{set_thread_mode, ExecMode};
+use torchtpu_core::runtime::ExecMode;
 use torchtpu_core::{Code, Error, Result, Runtime, Scalar, Tensor, Value};
 
-const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
-
-/// Runs `body` in each mode on one runtime (the mode is per thread).
-fn each_mode(body: impl Fn(&Arc<Runtime>, ExecMode)) {
-    let rt = rt();
-    for mode in MODES {
-        set_thread_mode(Some(mode)).unwrap();
-        body(&rt, mode);
-        set_thread_mode(None).unwrap();
-    }
-}
 
 fn opt(ts: &[&Tensor]) -> Value {
     Value::OptTensorList(ts.iter().map(|&t| Some(t.clone())).collect())

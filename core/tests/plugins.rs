@@ -9,13 +9,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use common::{f32s, host_f32, rt};
+use common::{f32s, host_f32, rt, MODES};
 use torchtpu_core::error::PluginFailure;
 use torchtpu_core::plugin::{host, Limits};
 use torchtpu_core::runtime::set_thread_mode;
 use torchtpu_core::{Error, ExecMode, Runtime, Scalar, Value};
 
-const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
 
 /// Where scripts/setup.sh puts the example plugins.
 fn examples_dir() -> PathBuf {

@@ -1,13 +1,28 @@
 //! Helpers shared by the integration tests: a runtime on the default plugin
-//! and host <-> device copies of f32/i64 data.
+//! every execution mode, and host <-> device copies of f32/i64 data.
 #![allow(dead_code)]
 
 use std::sync::Arc;
 
-use torchtpu_core::{DType, Runtime, RuntimeOptions, Tensor};
+use torchtpu_core::runtime::set_thread_mode;
+use torchtpu_core::{DType, ExecMode, Runtime, RuntimeOptions, Tensor};
+
+/// Every execution mode, in the order the tests run them.
+pub const MODES: [ExecMode; 3] = [ExecMode::DeferNever, ExecMode::DeferNeverAndLaunchBlocking, ExecMode::DeferAndFuse];
 
 pub fn rt() -> Arc<Runtime> {
     Runtime::new(RuntimeOptions::default()).expect("runtime (run scripts/setup.sh to install the CPU plugin)")
+}
+
+/// Runs `body` once per execution mode, on one runtime (the mode is per
+/// thread, so the modes cannot leak into each other).
+pub fn each_mode(mut body: impl FnMut(&Arc<Runtime>, ExecMode)) {
+    let rt = rt();
+    for mode in MODES {
+        set_thread_mode(Some(mode)).unwrap();
+        body(&rt, mode);
+        set_thread_mode(None).unwrap();
+    }
 }
 
 pub fn f32s(rt: &Arc<Runtime>, data: &[f32], sizes: &[i64]) -> Tensor {
