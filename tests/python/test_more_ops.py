@@ -1,5 +1,6 @@
-"""More ops against PyTorch CPU: smooth L1 and Huber losses, glu, log_sigmoid,
-the shrinks and the backward kernels of the activations; pointwise special
+"""More ops against PyTorch CPU: smooth L1, Huber and binary cross-entropy
+losses, glu, log_sigmoid, PReLU, the shrinks and the backward kernels of the
+activations; the cross product; pointwise special
 functions; and indexing / order-statistic reductions.
 
 Half-precision references compute in f32 from the same rounded inputs and
@@ -67,6 +68,57 @@ def test_loss_errors(rt):
         call(rt, "aten::smooth_l1_loss", torch.ones(3), torch.ones(3), 1, -1.0)
     with pytest.raises(torchtpu.InvalidArgumentError, match="not implemented"):
         call(rt, "aten::huber_loss", torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_binary_cross_entropy_and_backward(rt, reduction, weighted, dtype):
+    x = torch.rand(4, 6).to(dtype)
+    x[0, :3] = torch.tensor([0.0, 1.0, 1e-30])  # clamped logs, a tiny denominator
+    t = torch.rand(4, 6).to(dtype)
+    w = torch.rand(6).to(dtype) if weighted else None
+    want = ref(aten.binary_cross_entropy, dtype, x, t, w, reduction)
+    check(call(rt, "aten::binary_cross_entropy", x, t, w, reduction), want, **tol_for(dtype, 1e-5))
+    g = torch.randn(want.shape).to(dtype)
+    check(call(rt, "aten::binary_cross_entropy_backward", g, x, t, w, reduction),
+          ref(aten.binary_cross_entropy_backward, dtype, g, x, t, w, reduction), **tol_for(dtype, 1e-5))
+
+
+def test_binary_cross_entropy_checks_its_range_on_the_device(rt):
+    # Reported at the read (in debug mode at the op), naming the op.
+    for x, t, what in ((torch.tensor([1.5, 0.5]), torch.ones(2), "input"),
+                       (torch.tensor([float("nan"), 0.5]), torch.ones(2), "input"),
+                       (torch.tensor([0.5, 0.5]), torch.tensor([0.0, 2.0]), "target")):
+        with pytest.raises(torchtpu.InvalidArgumentError,
+                           match=f"aten::binary_cross_entropy: all elements of {what} should be between 0 and 1"):
+            call(rt, "aten::binary_cross_entropy", x, t, None, 1)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="not implemented for 'int64'"):
+        call(rt, "aten::binary_cross_entropy", torch.ones(2, dtype=torch.int64), torch.ones(2), None, 1)
+    with pytest.raises(torchtpu.InvalidArgumentError, match=r"must match the size .* \(shapes \[2, 3\] and \[4\]\)"):
+        call(rt, "aten::binary_cross_entropy", torch.full((2, 3), 0.5), torch.full((4,), 0.5), None, 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prelu_kernel_and_backward(rt, dtype):
+    x = torch.cat([SPECIALS[:-3], torch.randn(6)]).reshape(2, 3, 3).to(dtype)
+    w = torch.tensor([0.25, -0.5, 2.0]).reshape(1, 3, 1).to(dtype)
+    check(call(rt, "aten::_prelu_kernel", x, w), ref(aten._prelu_kernel, dtype, x, w), **tol_for(dtype, 1e-6))
+    g = torch.randn(x.shape).to(dtype)
+    got = call(rt, "aten::_prelu_kernel_backward", g, x, w)
+    for o, want in zip(got, ref(aten._prelu_kernel_backward, dtype, g, x, w)):
+        check(o, want, **tol_for(dtype, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_linalg_cross(rt, dtype):
+    a = (torch.randn(2, 3, 4) * 5).to(dtype)
+    b = (torch.randn(1, 3, 4) * 5).to(dtype)
+    check(call(rt, "aten::linalg_cross", a, b, 1), torch.linalg.cross(a, b, dim=1))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="must have length 3. Got 4 and 4"):
+        call(rt, "aten::linalg_cross", a, b)
+    with pytest.raises(torchtpu.InvalidArgumentError, match="same number of dimensions"):
+        call(rt, "aten::linalg_cross", a, b[0])
 
 
 # -------------------------------------------------------------- activations

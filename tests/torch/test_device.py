@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 
 def test_device_basics():
@@ -181,6 +182,58 @@ def test_index_op_gradients_match_the_cpu(eager_mode):
         grads[dev] = (x.grad, src.grad)
     for g, w in zip(grads["tpu"], grads["cpu"]):
         torch.testing.assert_close(g.cpu(), w)
+
+
+def test_bce_prelu_cross_match_the_cpu(eager_mode):
+    """nn.BCELoss (every reduction, with and without a weight), PReLU and
+    linalg.cross: values and gradients against the CPU; an input outside
+    [0, 1] is PyTorch's error, and the process carries on."""
+    torch.manual_seed(0)
+    x0, t0, w0 = torch.randn(4, 5), torch.rand(4, 5), torch.rand(5)
+    for red in ("mean", "sum", "none"):
+        for w in (None, w0):
+            got = {}
+            for dev in ("cpu", "tpu"):
+                x = x0.to(dev).detach().requires_grad_()
+                loss = F.binary_cross_entropy(x.sigmoid(), t0.to(dev), weight=None if w is None else w.to(dev),
+                                              reduction=red)
+                (loss.sum() if red == "none" else loss).backward()
+                got[dev] = (loss.detach().cpu(), x.grad.cpu())
+            for g, want in zip(got["tpu"], got["cpu"]):
+                torch.testing.assert_close(g, want, msg=f"{red}, weight={w is not None}")
+    # Probabilities of exactly 0 and 1: the logs clamp at -100.
+    p, t = torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0])
+    out = F.binary_cross_entropy(p.to("tpu"), t.to("tpu"), reduction="none").cpu()
+    torch.testing.assert_close(out, torch.tensor([100.0, 100.0, 0.6931471805599453]))
+    for bad, what in ((torch.tensor([1.5, 0.2]), "input"), (torch.tensor([float("nan"), 0.2]), "input")):
+        with pytest.raises(RuntimeError, match=f"all elements of {what} should be between 0 and 1"):
+            F.binary_cross_entropy(bad.to("tpu"), torch.tensor([1.0, 0.0], device="tpu")).cpu()
+    with pytest.raises(RuntimeError, match="all elements of target should be between 0 and 1"):
+        F.binary_cross_entropy(torch.tensor([0.5], device="tpu"), torch.tensor([-1.0], device="tpu")).cpu()
+    assert torch.equal((torch.ones(2, device="tpu") * 2).cpu(), torch.tensor([2.0, 2.0]))
+
+    m, mc = torch.nn.PReLU(3), torch.nn.PReLU(3)
+    with torch.no_grad():
+        mc.weight.copy_(torch.tensor([0.1, 0.3, -0.2]))
+        m.weight.copy_(mc.weight)
+    m = m.to("tpu")
+    x0 = torch.randn(2, 3, 4)
+    xt, xc = x0.to("tpu").requires_grad_(), x0.clone().requires_grad_()
+    m(xt).pow(2).sum().backward()
+    mc(xc).pow(2).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+    torch.testing.assert_close(m.weight.grad.cpu(), mc.weight.grad)
+
+    a, b = torch.randn(4, 3, requires_grad=True), torch.randn(1, 3)
+    at = a.detach().to("tpu").requires_grad_()
+    c, ct = torch.linalg.cross(a, b), torch.linalg.cross(at, b.to("tpu"))
+    torch.testing.assert_close(ct.cpu(), c)
+    c.pow(2).sum().backward()
+    ct.pow(2).sum().backward()
+    torch.testing.assert_close(at.grad.cpu(), a.grad)
+    # By hand: x cross y = z.
+    e = torch.linalg.cross(torch.tensor([1.0, 0.0, 0.0], device="tpu"), torch.tensor([0.0, 1.0, 0.0], device="tpu"))
+    assert torch.equal(e.cpu(), torch.tensor([0.0, 0.0, 1.0]))
 
 
 def test_printing_and_serialization(tmp_path):

@@ -1,6 +1,7 @@
 //! Matrix products: `mm`, `bmm`, `dot`, `mv`, `matmul` (all of PyTorch's
 //! rank cases, with batch broadcasting), `linear`, and the fused
-//! `addmm`/`baddbmm`/`addmv`/`addbmm` with runtime `beta`/`alpha`.
+//! `addmm`/`baddbmm`/`addmv`/`addbmm` with runtime `beta`/`alpha`, and the
+//! vector cross product `linalg_cross`.
 //!
 //! Every product is one `dot_general` at HIGHEST precision. Half types
 //! multiply in f32 and round once, like PyTorch's CPU kernels.
@@ -16,6 +17,7 @@ use super::{Cx, Builder, ScalarRef};
 pub fn register(r: &mut Builder) {
     register_products(r);
     register_fused(r);
+    register_cross(r);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -337,4 +339,45 @@ fn register_fused(r: &mut Builder) {
             Ok(vec![fused(cx, input, p, a.scalar(3)?, a.scalar(4)?, d)?])
         },
     );
+}
+
+// ------------------------------------------------------------------- cross
+
+fn register_cross(r: &mut Builder) {
+    // a x b along `dim` (of length 3) of the broadcast operands: the
+    // components (a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0).
+    r.op("aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor", |cx, a| {
+        let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+        let (xd, yd) = (cx.dims(x), cx.dims(y));
+        if xd.len() != yd.len() {
+            bail_op!(&*cx.op, "linalg.cross: inputs must have the same number of dimensions.");
+        }
+        let (dx, dy) = (cx.dtype(x), cx.dtype(y));
+        if dx != dy {
+            bail_op!(&*cx.op, "expected scalar type {dx} but found {dy}");
+        }
+        if dx == DType::Bool {
+            bail_op!(&*cx.op, "\"cross\" not implemented for 'Bool'");
+        }
+        let dim = a.int(2)?;
+        let k = shape::wrap_dim(&cx.op, dim, xd.len())?;
+        if xd[k] != 3 || yd[k] != 3 {
+            bail_op!(&*cx.op, "linalg.cross: inputs dimension {dim} must have length 3. Got {} and {}", xd[k], yd[k]);
+        }
+        let out = shape::broadcast_all(&cx.op, &[&xd, &yd])?;
+        let op = dx.opmath();
+        let (x, y) = (cx.f.convert(x, op), cx.f.convert(y, op));
+        let (x, y) = (cx.f.broadcast_to(x, &out), cx.f.broadcast_to(y, &out));
+        let xs: Vec<V> = (0..3).map(|i| cx.f.slice_dim(x, k, i, i + 1, 1)).collect();
+        let ys: Vec<V> = (0..3).map(|i| cx.f.slice_dim(y, k, i, i + 1, 1)).collect();
+        let mut parts = Vec::with_capacity(3);
+        for i in 0..3 {
+            let (j, l) = ((i + 1) % 3, (i + 2) % 3);
+            let p = cx.f.mul(xs[j], ys[l]);
+            let q = cx.f.mul(xs[l], ys[j]);
+            parts.push(cx.f.sub(p, q));
+        }
+        let z = cx.f.concatenate(&parts, k);
+        Ok(vec![cx.f.convert(z, dx)])
+    });
 }

@@ -1,6 +1,6 @@
 //! More activations and their backward kernels (`glu`, `log_sigmoid`, the
-//! shrinks, and the backward of the activations in [`super`]), plus the
-//! smooth L1 and Huber losses. Half-precision inputs compute in f32 and round
+//! shrinks, PReLU, and the backward of the activations in [`super`]), plus
+//! the smooth L1, Huber and binary cross-entropy losses. Half-precision inputs compute in f32 and round
 //! once, as PyTorch's CPU kernels do.
 
 use crate::bail_op;
@@ -124,7 +124,126 @@ fn pointwise_loss_backward(cx: &mut Cx, a: &Args, name: &str, huber: bool) -> Re
     Ok(vec![cx.f.convert(y, d)])
 }
 
+/// The operands of `binary_cross_entropy` and its backward: `self`,
+/// `target` (PyTorch pairs them after squeezing, so a target of the same
+/// element count but another shape reads in `self`'s order) and the
+/// optional `weight` broadcast to `self`, all in opmath; and `self`'s dtype.
+fn bce_operands(cx: &mut Cx, x: V, t: V, w: Option<V>) -> Result<(V, V, Option<V>, DType)> {
+    let d = super::require_float(cx, x, "binary_cross_entropy")?;
+    let (xd, td) = (cx.dims(x), cx.dims(t));
+    let t = if td != xd && shape::numel(&td) == shape::numel(&xd) {
+        cx.f.reshape(t, &xd)
+    } else {
+        let b = shape::broadcast_all(&cx.op, &[&xd, &td])?;
+        if b.as_slice() != xd.as_slice() {
+            bail_op!(&*cx.op, "target of size {} does not match input of size {}", shape::fmt(&td), shape::fmt(&xd));
+        }
+        cx.f.broadcast_to(t, &xd)
+    };
+    let w = match w {
+        Some(w) => {
+            let wd = cx.dims(w);
+            let b = shape::broadcast_all(&cx.op, &[&xd, &wd])?;
+            if b.as_slice() != xd.as_slice() {
+                bail_op!(&*cx.op, "weight of size {} does not broadcast to input of size {}", shape::fmt(&wd), shape::fmt(&xd));
+            }
+            let w = cx.f.convert(w, d.opmath());
+            Some(cx.f.broadcast_to(w, &xd))
+        }
+        None => None,
+    };
+    let (x, t) = (cx.f.convert(x, d.opmath()), cx.f.convert(t, d.opmath()));
+    Ok((x, t, w, d))
+}
+
+/// `0 <= v <= 1` elementwise (false for NaN), checked on the device as
+/// PyTorch checks it on the host.
+fn check_unit_interval(cx: &mut Cx, v: V, what: &str) {
+    let f = &mut cx.f;
+    let (zero, one) = (f.full_like(v, 0.0), f.full_like(v, 1.0));
+    let ge = f.compare(Cmp::Ge, v, zero);
+    let le = f.compare(Cmp::Le, v, one);
+    let ok = f.and(ge, le);
+    cx.check_values(ok, &format!("all elements of {what} should be between 0 and 1"));
+}
+
+fn register_bce(r: &mut Builder) {
+    r.op(
+        "aten::binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor",
+        |cx, a| {
+            let (x, t, w, d) = bce_operands(cx, a.tensor(0)?, a.tensor(1)?, a.opt_tensor(2))?;
+            let reduction = a.int(3)?;
+            check_unit_interval(cx, x, "input");
+            check_unit_interval(cx, t, "target");
+            // (t - 1) max(log1p(-x), -100) - t max(log x, -100): each log
+            // clamped so that x = 0 or 1 gives a finite loss, as PyTorch does.
+            let f = &mut cx.f;
+            let floor = f.full_like(x, -100.0);
+            let one = f.full_like(x, 1.0);
+            let nx = f.neg(x);
+            let l1 = f.unary("stablehlo.log_plus_one", nx);
+            let l1 = f.max(l1, floor);
+            let l0 = f.unary("stablehlo.log", x);
+            let l0 = f.max(l0, floor);
+            let tm1 = f.sub(t, one);
+            let a1 = f.mul(tm1, l1);
+            let a0 = f.mul(t, l0);
+            let mut l = f.sub(a1, a0);
+            if let Some(w) = w {
+                l = f.mul(l, w);
+            }
+            let l = cx.f.convert(l, d);
+            if reduction == 0 {
+                return Ok(vec![l]);
+            }
+            let l = cx.f.convert(l, d.opmath());
+            let dims = cx.dims(l);
+            Ok(vec![super::reduce_loss(cx, l, &dims, reduction, d)?])
+        },
+    );
+    r.op(
+        "aten::binary_cross_entropy_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight=None, \
+         int reduction=Mean) -> Tensor",
+        |cx, a| {
+            let (x, t, w, d) = bce_operands(cx, a.tensor(1)?, a.tensor(2)?, a.opt_tensor(3))?;
+            let reduction = a.int(4)?;
+            let xd = cx.dims(x);
+            let norm = match reduction {
+                0 | 2 => 1.0,
+                1 => 1.0 / shape::numel(&xd) as f64,
+                other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
+            };
+            let g = a.tensor(0)?;
+            if shape::broadcast_all(&cx.op, &[&xd, &cx.dims(g)])?.as_slice() != xd.as_slice() {
+                bail_op!(&*cx.op, "grad_output of size {} does not broadcast to input of size {}",
+                    shape::fmt(&cx.dims(g)), shape::fmt(&xd));
+            }
+            let g = cx.f.convert(g, d.opmath());
+            let g = cx.f.broadcast_to(g, &xd);
+            // g (x - t) / max((1 - x) x, 1e-12) [* w] [/ n]
+            let f = &mut cx.f;
+            let one = f.full_like(x, 1.0);
+            let eps = f.full_like(x, 1e-12);
+            let omx = f.sub(one, x);
+            let den = f.mul(omx, x);
+            let den = f.max(den, eps);
+            let num = f.sub(x, t);
+            let num = f.mul(g, num);
+            let mut y = f.div(num, den);
+            if let Some(w) = w {
+                y = f.mul(y, w);
+            }
+            if norm != 1.0 {
+                let n = f.full_like(y, norm);
+                y = f.mul(y, n);
+            }
+            Ok(vec![cx.f.convert(y, d)])
+        },
+    );
+}
+
 fn register_losses(r: &mut Builder) {
+    register_bce(r);
     r.op("aten::smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor", |cx, a| {
         pointwise_loss(cx, a, "smooth_l1_loss", "beta", smooth_l1)
     });
@@ -177,6 +296,20 @@ fn register_forward(r: &mut Builder) {
         let (h0, h1) = (up(cx, h0), up(cx, h1));
         let s = cx.f.unary("stablehlo.logistic", h1);
         let y = cx.f.mul(h0, s);
+        Ok(vec![cx.f.convert(y, d)])
+    });
+    // PReLU with `weight` already shaped to broadcast (torch.prelu views a
+    // per-channel weight as [1, C, 1, ...]): x > 0 ? x : w x.
+    r.op("aten::_prelu_kernel(Tensor self, Tensor weight) -> Tensor", |cx, a| {
+        let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
+        let d = loss_dtype(cx, &xs, "prelu_cpu")?;
+        let (vs, _) = prepare(cx, &xs, d.opmath())?;
+        let (x, w) = (vs[0], vs[1]);
+        let f = &mut cx.f;
+        let zero = f.full_like(x, 0.0);
+        let pos = f.compare(Cmp::Gt, x, zero);
+        let wx = f.mul(w, x);
+        let y = f.select(pos, x, wx);
         Ok(vec![cx.f.convert(y, d)])
     });
     r.op("aten::log_sigmoid_forward(Tensor self) -> (Tensor output, Tensor buffer)", |cx, a| {
@@ -262,6 +395,25 @@ fn register_backward(r: &mut Builder) {
         let y = f.concatenate(&[ga, gb], dim);
         Ok(vec![cx.f.convert(y, d)])
     });
+    // Both gradients at the broadcast shape of self and weight, as PyTorch's
+    // kernel returns them (autograd sums the weight's to its shape).
+    r.op(
+        "aten::_prelu_kernel_backward(Tensor grad_output, Tensor self, Tensor weight) -> (Tensor, Tensor)",
+        |cx, a| {
+            let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?];
+            let d = loss_dtype(cx, &xs, "prelu_backward_cpu")?;
+            let (vs, _) = prepare(cx, &xs, d.opmath())?;
+            let (g, x, w) = (vs[0], vs[1], vs[2]);
+            let f = &mut cx.f;
+            let zero = f.full_like(x, 0.0);
+            let pos = f.compare(Cmp::Gt, x, zero);
+            let wg = f.mul(w, g);
+            let gx = f.select(pos, g, wg);
+            let xg = f.mul(x, g);
+            let gw = f.select(pos, zero, xg);
+            Ok(vec![cx.f.convert(gx, d), cx.f.convert(gw, d)])
+        },
+    );
     r.op("aten::log_sigmoid_backward(Tensor grad_output, Tensor self, Tensor buffer) -> Tensor", |cx, a| {
         // g (max_deriv - sign z / (1 + z)), z = exp(-|x|) recomputed rather
         // than read from the buffer (as the CUDA kernel does).
