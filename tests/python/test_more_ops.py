@@ -95,6 +95,11 @@ def test_binary_cross_entropy_checks_its_range_on_the_device(rt):
             call(rt, "aten::binary_cross_entropy", x, t, None, 1)
     with pytest.raises(torchtpu.InvalidArgumentError, match="not implemented for 'int64'"):
         call(rt, "aten::binary_cross_entropy", torch.ones(2, dtype=torch.int64), torch.ones(2), None, 1)
+    # PyTorch pairs the operands after squeezing their size-1 dims.
+    x, t = torch.rand(3, 1), torch.rand(3)
+    check(call(rt, "aten::binary_cross_entropy", x, t, None, 0), aten.binary_cross_entropy(x, t, None, 0))
+    with pytest.raises(torchtpu.InvalidArgumentError, match="must match the size"):
+        call(rt, "aten::binary_cross_entropy", torch.full((2, 3), 0.5), torch.full((3, 2), 0.5), None, 1)
     with pytest.raises(torchtpu.InvalidArgumentError, match=r"must match the size .* \(shapes \[2, 3\] and \[4\]\)"):
         call(rt, "aten::binary_cross_entropy", torch.full((2, 3), 0.5), torch.full((4,), 0.5), None, 1)
 

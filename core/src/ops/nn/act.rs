@@ -125,13 +125,14 @@ fn pointwise_loss_backward(cx: &mut Cx, a: &Args, name: &str, huber: bool) -> Re
 }
 
 /// The operands of `binary_cross_entropy` and its backward: `self`,
-/// `target` (PyTorch pairs them after squeezing, so a target of the same
-/// element count but another shape reads in `self`'s order) and the
+/// `target` (PyTorch pairs them after squeezing out their size-1 dims, so
+/// a target of shape [3] matches a `self` of [3, 1]) and the
 /// optional `weight` broadcast to `self`, all in opmath; and `self`'s dtype.
 fn bce_operands(cx: &mut Cx, x: V, t: V, w: Option<V>) -> Result<(V, V, Option<V>, DType)> {
     let d = super::require_float(cx, x, "binary_cross_entropy")?;
     let (xd, td) = (cx.dims(x), cx.dims(t));
-    let t = if td != xd && shape::numel(&td) == shape::numel(&xd) {
+    let squeezed = |d: &[i64]| d.iter().copied().filter(|&n| n != 1).collect::<Vec<i64>>();
+    let t = if td != xd && squeezed(&td) == squeezed(&xd) {
         cx.f.reshape(t, &xd)
     } else {
         let b = shape::broadcast_all(&cx.op, &[&xd, &td])?;
