@@ -179,6 +179,19 @@ pub(crate) fn check_out<T>(out: *mut T, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The `struct_size` of the caller's output struct at `out` (NULL-checked,
+/// and at least version 1 of `T`). Every such struct is `repr(C)` with
+/// `struct_size: usize` as its first field, which the caller sets to its
+/// `sizeof`. `what` is the function's name.
+pub(crate) unsafe fn out_struct_size<T>(out: *mut T, what: &str) -> Result<usize> {
+    check_out(out, what)?;
+    // repr(C) puts the first field at offset 0.
+    let size = *out.cast::<usize>();
+    let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("struct");
+    check_struct_size(size, std::mem::size_of::<T>(), &format!("{what}: {name}"))?;
+    Ok(size)
+}
+
 /// A borrowed NUL-terminated UTF-8 string.
 pub(crate) unsafe fn str_arg<'a>(p: *const c_char, what: &str) -> Result<&'a str> {
     if p.is_null() {

@@ -8,7 +8,7 @@ use torchtpu_core::graph::FlushReason;
 use torchtpu_core::Error;
 
 use crate::error::ttpu_error_t;
-use crate::ffi::{check_out, check_struct_size, str_arg, write_out, Handle};
+use crate::ffi::{check_out, out_struct_size, str_arg, write_out, Handle};
 use crate::runtime::ttpu_runtime_t;
 
 /// Why a pending graph was flushed.
@@ -132,9 +132,7 @@ pub unsafe extern "C" fn ttpu_runtime_fusion_stats(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_fusion_stats")?;
-        check_out(out_stats, "ttpu_runtime_fusion_stats")?;
-        let size = (*out_stats).struct_size;
-        check_struct_size(size, std::mem::size_of::<ttpu_fusion_stats_t>(), "ttpu_runtime_fusion_stats: ttpu_fusion_stats_t")?;
+        let size = out_struct_size(out_stats, "ttpu_runtime_fusion_stats")?;
         let s = r.rt.stats();
         let c = r.rt.program_cache().stats();
         out_stats.write(ttpu_fusion_stats_t {
@@ -180,9 +178,7 @@ pub unsafe extern "C" fn ttpu_runtime_last_flush(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_last_flush")?;
-        check_out(out_info, "ttpu_runtime_last_flush")?;
-        let size = (*out_info).struct_size;
-        check_struct_size(size, std::mem::size_of::<ttpu_flush_info_t>(), "ttpu_runtime_last_flush: ttpu_flush_info_t")?;
+        let size = out_struct_size(out_info, "ttpu_runtime_last_flush")?;
         let f = r.rt.last_flush().ok_or_else(|| Error::NotFound("no flush has happened yet".into()))?;
         out_info.write(ttpu_flush_info_t {
             struct_size: size,

@@ -9,7 +9,7 @@ use torchtpu_core::{Error, Runtime, RuntimeOptions};
 
 use crate::error::ttpu_error_t;
 use crate::kv::{distributed_options, ttpu_kv_store_t};
-use crate::ffi::{check_struct_size, str_arg, write_out, Handle};
+use crate::ffi::{check_struct_size, out_struct_size, str_arg, write_out, Handle};
 
 /// A runtime: one PJRT plugin and client with its devices. Thread-safe.
 /// Created by `ttpu_runtime_create`, freed by `ttpu_runtime_destroy`.
@@ -398,9 +398,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_stats(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_stats")?;
-        crate::ffi::check_out(out_stats, "ttpu_runtime_memory_stats")?;
-        let size = (*out_stats).struct_size;
-        check_struct_size(size, std::mem::size_of::<ttpu_memory_stats_t>(), "ttpu_runtime_memory_stats: ttpu_memory_stats_t")?;
+        let size = out_struct_size(out_stats, "ttpu_runtime_memory_stats")?;
         let s = r.rt.memory_stats(r.rt.device(index)?)?;
         out_stats.write(ttpu_memory_stats_t {
             struct_size: size,
@@ -471,9 +469,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_info(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_info")?;
-        crate::ffi::check_out(out_info, "ttpu_runtime_memory_info")?;
-        let size = (*out_info).struct_size;
-        check_struct_size(size, std::mem::size_of::<ttpu_memory_info_t>(), "ttpu_runtime_memory_info: ttpu_memory_info_t")?;
+        let size = out_struct_size(out_info, "ttpu_runtime_memory_info")?;
         let m = r.rt.memory_info(r.rt.device(index)?)?;
         let source = match m.source {
             MemorySource::Plugin => ttpu_memory_source::Plugin,
@@ -520,9 +516,7 @@ pub unsafe extern "C" fn ttpu_runtime_stats(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_stats")?;
-        crate::ffi::check_out(out_stats, "ttpu_runtime_stats")?;
-        let size = (*out_stats).struct_size;
-        check_struct_size(size, std::mem::size_of::<ttpu_stats_t>(), "ttpu_runtime_stats: ttpu_stats_t")?;
+        let size = out_struct_size(out_stats, "ttpu_runtime_stats")?;
         let s = r.rt.stats();
         let v = ttpu_stats_t {
             struct_size: size,
