@@ -387,6 +387,22 @@ fn scatter_slices(cx: &mut Cx, x: V, dim: usize, idx: V, upd: V, combine: Option
     cx.f.scatter(x, i, upd, &window, &[dim as i64], &[dim as i64], 1, combine)
 }
 
+/// The fill value of `index_fill_` / `masked_fill_` (`op`): a scalar or a
+/// 0-dim tensor.
+fn scalar_value(cx: &Cx, value: Ew, op: &str) -> Result<()> {
+    if let Ew::T(v) = value {
+        if cx.rank(v) != 0 {
+            bail_op!(
+                &*cx.op,
+                "{op} only supports a 0-dimensional value tensor, but got tensor with {} dimension(s) (value shape {}).",
+                cx.rank(v),
+                shape::fmt(&cx.dims(v))
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `index_fill(self, dim, index, value)`: every slice of `self` along `dim`
 /// that `index` names is set to `value` (a scalar, or a 0-dim tensor of any
 /// dtype, converted to `self`'s). Negative indices wrap, as in PyTorch.
@@ -395,16 +411,7 @@ fn index_fill(cx: &mut Cx, x: V, dim: i64, idx: V, value: Ew) -> Result<V> {
     if cx.dtype(idx) != DType::I64 {
         bail_op!(&*cx.op, "index_fill_(): Expected dtype int64 for index, but got {} (index shape {})", cx.dtype(idx), shape::fmt(&id));
     }
-    if let Ew::T(v) = value {
-        if cx.rank(v) != 0 {
-            bail_op!(
-                &*cx.op,
-                "index_fill_ only supports a 0-dimensional value tensor, but got tensor with {} dimension(s) (value shape {}).",
-                cx.rank(v),
-                shape::fmt(&cx.dims(v))
-            );
-        }
-    }
+    scalar_value(cx, value, "index_fill_")?;
     let dim = shape::wrap_dim(&cx.op, dim, xd.len().max(1))?;
     if id.len() > 1 {
         bail_op!(&*cx.op, "index_fill_(): Index has to be a vector/scalar, but got index of shape {}", shape::fmt(&id));
@@ -776,16 +783,7 @@ fn masked_fill(cx: &mut Cx, x: V, mask: V, value: Ew) -> Result<V> {
             shape::fmt(&cx.dims(x))
         );
     }
-    if let Ew::T(v) = value {
-        if cx.rank(v) != 0 {
-            bail_op!(
-                &*cx.op,
-                "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {} dimension(s) (value shape {}).",
-                cx.rank(v),
-                shape::fmt(&cx.dims(v))
-            );
-        }
-    }
+    scalar_value(cx, value, "masked_fill_")?;
     let d = cx.dtype(x);
     let dims = shape::broadcast(&cx.op, &cx.dims(x), &cx.dims(mask))?;
     let xb = cx.f.broadcast_to(x, &dims);
