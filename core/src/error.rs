@@ -242,6 +242,8 @@ pub enum PluginFailure {
     Reported,
     /// The module could not be instantiated.
     Instantiate,
+    /// The fragment's loops ran past their iteration bound on the device.
+    LoopBound,
 }
 
 impl PluginFailure {
@@ -256,13 +258,14 @@ impl PluginFailure {
             PluginFailure::SignatureMismatch => "signature mismatch",
             PluginFailure::Reported => "error",
             PluginFailure::Instantiate => "instantiation failed",
+            PluginFailure::LoopBound => "loop bound exceeded",
         }
     }
 
     pub fn code(self) -> Code {
         match self {
             PluginFailure::Trap => Code::Aborted,
-            PluginFailure::OutOfFuel | PluginFailure::Timeout => Code::DeadlineExceeded,
+            PluginFailure::OutOfFuel | PluginFailure::Timeout | PluginFailure::LoopBound => Code::DeadlineExceeded,
             PluginFailure::OutOfMemory => Code::ResourceExhausted,
             PluginFailure::Reported => Code::InvalidArgument,
             PluginFailure::InvalidOutput

@@ -88,6 +88,9 @@ pub enum CheckKind {
     Index,
     Target,
     Value,
+    /// A plugin op's loop count against its bound (always checked: the
+    /// bound is the sandbox's, not a debugging aid).
+    PluginLoops,
 }
 
 /// How to word an out-of-range index that a check finds: the op, what the
@@ -125,6 +128,9 @@ impl IndexCheck {
             CheckKind::Index => format!("index {bad} is out of range for {} ({valid})", self.what),
             CheckKind::Target => format!("target {bad} is out of bounds for {} ({valid})", self.what),
             CheckKind::Value => self.what.clone(),
+            CheckKind::PluginLoops => {
+                format!("its loops ran past their bound of {} iterations per call ({}); the results are cut short", self.hi, self.what)
+            }
         }
     }
 }
@@ -199,7 +205,8 @@ impl Cx {
     ) {
         // `range.end - 1` cannot overflow: the end is a size (>= 0).
         let (lo, hi) = (range.start, range.end.saturating_sub(1));
-        if !self.index_checks || self.check_keys.contains(&(idx, lo, hi, ignore)) {
+        let wanted = self.index_checks || kind == CheckKind::PluginLoops;
+        if !wanted || self.check_keys.contains(&(idx, lo, hi, ignore)) {
             return;
         }
         self.check_keys.push((idx, lo, hi, ignore));
@@ -235,6 +242,12 @@ impl Cx {
     pub fn check_values(&mut self, ok: V, message: &str) {
         let bad = self.f.not(ok);
         self.add_check(bad, 0..1, None, CheckKind::Value, || message.to_string());
+    }
+
+    /// Checks that a plugin fragment's loop `count` (a `tensor<i64>`) stayed
+    /// within `bound`; `what` says where the bound comes from.
+    pub fn check_plugin_loops(&mut self, count: V, bound: i64, what: impl FnOnce() -> String) {
+        self.add_check(count, 0..bound.saturating_add(1), None, CheckKind::PluginLoops, what);
     }
 
     /// The checks added since the last call.

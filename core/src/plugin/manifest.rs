@@ -183,7 +183,7 @@ mod tests {
             name: "demo".into(),
             version: "1.0.0".into(),
             abi: AbiVersion::CURRENT,
-            ops: ops.iter().map(|(s, b)| OpDecl { schema: s.to_string(), backward: b.map(String::from) }).collect(),
+            ops: ops.iter().map(|(s, b)| OpDecl { schema: s.to_string(), backward: b.map(String::from), max_loop_iterations: None }).collect(),
             policies: policies.iter().map(|s| s.to_string()).collect(),
         }
     }

@@ -25,6 +25,9 @@ pub(crate) struct Spliced {
     symbol: String,
     text: Arc<str>,
     outputs: Vec<Ty>,
+    /// The fragment's loop bound, when it has loops: the function then
+    /// returns its iteration count after `outputs`.
+    loop_bound: Option<i64>,
 }
 
 /// Checked fragments kept per plugin before the cache starts over.
@@ -35,12 +38,19 @@ pub(crate) fn def(plugin: &Arc<Plugin>, schema: Schema) -> OpDef {
     let p = Arc::downgrade(plugin);
     let op: Arc<str> = schema.name.as_str().into();
     let sch = schema.clone();
+    let declared = plugin
+        .manifest
+        .ops
+        .iter()
+        .find(|d| d.schema.split('(').next().map(str::trim) == Some(schema.name.as_str()))
+        .and_then(|d| d.max_loop_iterations);
+    let limits = fragment_limits(declared);
     let mut def = OpDef::new(
         schema,
         Arc::new(move |cx: &mut Cx, args: &Args| {
             // The host keeps every loaded plugin for the process's life.
             let plugin = p.upgrade().ok_or_else(|| crate::Error::Internal(format!("{op}: its plugin was unloaded")))?;
-            lower(&plugin, &sch, cx, args)
+            lower(&plugin, &sch, limits, cx, args)
         }),
     );
     // Scalars are attributes of the fragment (it cannot take runtime
@@ -78,8 +88,20 @@ fn attr(op: &str, name: &str, input: &Input) -> Result<serde_json::Value> {
     })
 }
 
+/// The fragment limits of an op whose manifest declares `loops` (or not):
+/// the loop bound, and the per-value memory budget from
+/// `TORCHTPU_PLUGIN_OP_MEMORY_MB`.
+fn fragment_limits(loops: Option<u32>) -> fragment::Limits {
+    let d = fragment::Limits::default();
+    let mb = std::env::var("TORCHTPU_PLUGIN_OP_MEMORY_MB").ok().and_then(|v| v.trim().parse::<u64>().ok());
+    fragment::Limits {
+        loop_iterations: loops.map_or(d.loop_iterations, |n| i64::from(n).clamp(1, fragment::MAX_LOOP_ITERATIONS)),
+        value_bytes: mb.map_or(d.value_bytes, |m| m.saturating_mul(1 << 20)),
+    }
+}
+
 /// Lowers one call of a plugin op into `cx`.
-fn lower(plugin: &Arc<Plugin>, schema: &Schema, cx: &mut Cx, args: &Args) -> Result<Vec<V>> {
+fn lower(plugin: &Arc<Plugin>, schema: &Schema, limits: fragment::Limits, cx: &mut Cx, args: &Args) -> Result<Vec<V>> {
     let op = schema.name.as_str();
     let mut operands = Vec::new();
     let mut inputs = Vec::new();
@@ -106,7 +128,7 @@ fn lower(plugin: &Arc<Plugin>, schema: &Schema, cx: &mut Cx, args: &Args) -> Res
         }
         None => {
             plugin.stats.lowering_misses.fetch_add(1, Ordering::Relaxed);
-            let s = Arc::new(ask(plugin, schema, &key, &inputs).map_err(|e| {
+            let s = Arc::new(ask(plugin, schema, limits, &key, &inputs).map_err(|e| {
                 plugin.stats.failures.fetch_add(1, Ordering::Relaxed);
                 sandbox::error(&plugin.manifest.name, Some(op), e)
             })?);
@@ -118,11 +140,26 @@ fn lower(plugin: &Arc<Plugin>, schema: &Schema, cx: &mut Cx, args: &Args) -> Res
             s
         }
     };
-    Ok(cx.f.call_private(&spliced.symbol, &spliced.text, &operands, &spliced.outputs))
+    let Some(bound) = spliced.loop_bound else {
+        return Ok(cx.f.call_private(&spliced.symbol, &spliced.text, &operands, &spliced.outputs));
+    };
+    let mut types = spliced.outputs.clone();
+    types.push(Ty::scalar(crate::hlo::Elem::I64));
+    let mut results = cx.f.call_private(&spliced.symbol, &spliced.text, &operands, &types);
+    let count = results.pop().expect("the loop count is the last result");
+    let declared = if bound == fragment::DEFAULT_LOOP_ITERATIONS { "the default" } else { "the manifest's max_loop_iterations" };
+    cx.check_plugin_loops(count, bound, || format!("{declared}"));
+    Ok(results)
 }
 
 /// Asks the plugin, then checks its answer.
-fn ask(plugin: &Plugin, schema: &Schema, request: &str, inputs: &[Ty]) -> std::result::Result<Spliced, (PluginFailure, String)> {
+fn ask(
+    plugin: &Plugin,
+    schema: &Schema,
+    limits: fragment::Limits,
+    request: &str,
+    inputs: &[Ty],
+) -> std::result::Result<Spliced, (PluginFailure, String)> {
     plugin.stats.calls.fetch_add(1, Ordering::Relaxed);
     let bytes = plugin.sandbox.call(exports::LOWER, request.as_bytes())?;
     let lowering: Lowering = decode(&bytes)?;
@@ -151,8 +188,9 @@ fn ask(plugin: &Plugin, schema: &Schema, request: &str, inputs: &[Ty]) -> std::r
     let digest = sha2::Sha256::digest(request.as_bytes());
     let hex: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
     let symbol = format!("ttpu_plugin_{}_{hex}", op.replace("::", "__").replace('.', "_"));
-    let text = fragment::check(&lowering.stablehlo, inputs, &outputs, &symbol)?;
-    Ok(Spliced { symbol, text: text.into(), outputs })
+    let checked = fragment::check(&lowering.stablehlo, inputs, &outputs, &symbol, limits)?;
+    let loop_bound = checked.loop_count.then_some(limits.loop_iterations);
+    Ok(Spliced { symbol, text: checked.text.into(), outputs, loop_bound })
 }
 
 /// Parses an entry point's response envelope.

@@ -143,6 +143,12 @@ fn failure(c: &IndexCheck, msg: String) -> Error {
     match c.kind {
         CheckKind::Value => Error::op(&*c.op, msg),
         CheckKind::Index | CheckKind::Target => Error::IndexOutOfRange { op: c.op.to_string(), msg },
+        CheckKind::PluginLoops => Error::WasmPlugin {
+            plugin: c.op.split("::").next().unwrap_or_default().to_string(),
+            op: Some(c.op.to_string()),
+            kind: crate::error::PluginFailure::LoopBound,
+            message: msg,
+        },
     }
 }
 

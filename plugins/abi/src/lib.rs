@@ -92,6 +92,10 @@ pub struct OpDecl {
     /// returns one gradient per tensor argument.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backward: Option<String>,
+    /// How many loop iterations (all `stablehlo.while` bodies together) one
+    /// call of the op may run; the host's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_loop_iterations: Option<u32>,
 }
 
 /// A tensor's type: its sizes and its PyTorch dtype name (`float32`,

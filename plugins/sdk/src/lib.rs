@@ -59,11 +59,15 @@ macro_rules! plugin {
     (
         name: $name:literal,
         version: $version:literal,
-        ops: [ $( { schema: $schema:literal $(, backward: $bw:literal)? , lower: $lower:path $(,)? } ),* $(,)? ],
+        ops: [ $( { schema: $schema:literal $(, backward: $bw:literal)? $(, max_loop_iterations: $loops:literal)? , lower: $lower:path $(,)? } ),* $(,)? ],
         policies: [ $( { name: $policy:literal, decide: $decide:path $(,)? } ),* $(,)? ] $(,)?
     ) => {
         const __TTPU_OPS: &[$crate::manifest::OpSpec] =
-            &[ $( $crate::manifest::OpSpec { schema: $schema, backward: $crate::__backward!($($bw)?) } ),* ];
+            &[ $( $crate::manifest::OpSpec {
+                schema: $schema,
+                backward: $crate::__optional!($($bw)?),
+                max_loop_iterations: $crate::__optional!($($loops)?),
+            } ),* ];
         const __TTPU_POLICIES: &[&str] = &[ $( $policy ),* ];
         const __TTPU_MANIFEST_LEN: usize =
             $crate::manifest::encode::<0>($name, $version, __TTPU_OPS, __TTPU_POLICIES).len;
@@ -100,11 +104,11 @@ macro_rules! plugin {
 
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __backward {
+macro_rules! __optional {
     () => {
         None
     };
-    ($bw:literal) => {
-        Some($bw)
+    ($v:literal) => {
+        Some($v)
     };
 }

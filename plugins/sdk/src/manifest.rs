@@ -8,6 +8,8 @@ use torchtpu_plugin_abi::{ABI_MAJOR, ABI_MINOR};
 pub struct OpSpec {
     pub schema: &'static str,
     pub backward: Option<&'static str>,
+    /// The op's loop iteration bound, if not the host's default.
+    pub max_loop_iterations: Option<u32>,
 }
 
 /// A byte sink of capacity `N` that counts what does not fit.
@@ -99,6 +101,10 @@ pub const fn encode<const N: usize>(name: &str, version: &str, ops: &[OpSpec], p
             e.raw(",\"backward\":");
             e.string(b);
         }
+        if let Some(n) = ops[i].max_loop_iterations {
+            e.raw(",\"max_loop_iterations\":");
+            e.number(n);
+        }
         e.byte(b'}');
         i += 1;
     }
@@ -123,8 +129,8 @@ mod tests {
     #[test]
     fn encodes_valid_escaped_json() {
         const OPS: &[OpSpec] = &[
-            OpSpec { schema: "p::f(Tensor a, str mode=\"mean\\\\x\") -> Tensor", backward: Some("p::g") },
-            OpSpec { schema: "p::g(Tensor grad, Tensor a, str mode) -> Tensor", backward: None },
+            OpSpec { schema: "p::f(Tensor a, str mode=\"mean\\\\x\") -> Tensor", backward: Some("p::g"), max_loop_iterations: Some(4096) },
+            OpSpec { schema: "p::g(Tensor grad, Tensor a, str mode) -> Tensor", backward: None, max_loop_iterations: None },
         ];
         const LEN: usize = encode::<0>("p", "1.2.3", OPS, &["p::cut"]).len;
         let e = encode::<LEN>("p", "1.2.3", OPS, &["p::cut"]);
@@ -136,8 +142,8 @@ mod tests {
                 version: "1.2.3".into(),
                 abi: AbiVersion::CURRENT,
                 ops: vec![
-                    OpDecl { schema: OPS[0].schema.into(), backward: Some("p::g".into()) },
-                    OpDecl { schema: OPS[1].schema.into(), backward: None },
+                    OpDecl { schema: OPS[0].schema.into(), backward: Some("p::g".into()), max_loop_iterations: Some(4096) },
+                    OpDecl { schema: OPS[1].schema.into(), backward: None, max_loop_iterations: None },
                 ],
                 policies: vec!["p::cut".into()],
             }
