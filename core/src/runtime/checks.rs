@@ -43,6 +43,9 @@ const ASYNC_NOTE: &str = " (checks of indices and values are asynchronous: this 
      after the op, which may be later than the op itself; set TORCHTPU_LAUNCH_BLOCKING=1 to report it at the op, \
      or TORCHTPU_INDEX_CHECKS=0 to turn the checks off)";
 
+const LOOP_NOTE: &str = " (found at the first host read or synchronize after the op; TORCHTPU_LAUNCH_BLOCKING=1 \
+     reports it at the op)";
+
 /// One program's check output and how to word its failures.
 struct Pending {
     buffer: Arc<Buffer>,
@@ -131,7 +134,12 @@ impl IndexChecks {
 fn first_failure(pending: &[Pending]) -> Result<()> {
     for p in pending {
         if let Some((c, bad)) = evaluate(&p.buffer, &p.checks) {
-            return Err(failure(c, format!("{}{ASYNC_NOTE}", c.describe(bad))));
+            let note = match c.kind {
+                // A plugin's loop bound is the sandbox's: it cannot be turned off.
+                CheckKind::PluginLoops => LOOP_NOTE,
+                _ => ASYNC_NOTE,
+            };
+            return Err(failure(c, format!("{}{note}", c.describe(bad))));
         }
     }
     Ok(())
