@@ -10,7 +10,11 @@
 //! 3. Lowering alone (`lowered_text`): the plugin op with its checked
 //!    fragment cached, uncached (a host-to-wasm round trip, JSON both ways,
 //!    and the fragment checks), and the built-in op.
-//! 4. Loading the module: compiling the `.wasm` against loading the
+//! 4. The fragment checks alone (tokenize, parse, check, bound, print the
+//!    SDK-style fragment) against the uncached lowering and against a whole
+//!    strict-mode cache miss (plugin call, checks, XLA compile, run): what
+//!    parsing costs on a plugin-op cache miss.
+//! 5. Loading the module: compiling the `.wasm` against loading the
 //!    compiled artifact from the cache directory.
 //!
 //! Prints medians over several rounds and the ratios.
@@ -20,7 +24,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use torchtpu_core::plugin::{host, sandbox, Limits};
+use torchtpu_core::hlo::{Elem, Ty};
+use torchtpu_core::plugin::{fragment, host, sandbox, Limits};
 use torchtpu_core::runtime::set_thread_mode;
 use torchtpu_core::{DType, ExecMode, Runtime, RuntimeOptions, Scalar, Tensor, Value};
 
@@ -104,7 +109,37 @@ fn main() {
     let counts = plugin.counts();
     println!("  plugin calls {}, lowering cache hits {}, misses {}", counts.calls, counts.lowering_hits, counts.lowering_misses);
 
-    // 4. Module load: compile vs the cached artifact.
+    // 4. The fragment checks on a cache miss. The spliced function in the
+    // lowered module is the SDK's fragment as the host printed it (generic
+    // ops, the same size): check it as the plugin's answer.
+    let module = rt.lowered_text("swiglu::swiglu", &args).unwrap();
+    let start = module.find("func.func private @ttpu_plugin").expect("the spliced fragment");
+    let end = start + module[start..].find("\n}\n").expect("its end") + 3;
+    let text = &module[start..end];
+    let ty = Ty::new(Elem::F32, &[1024]);
+    let checks = time(500, || {
+        let c = fragment::check(text, &[ty.clone(), ty.clone()], &[ty.clone()], "s", fragment::Limits::default()).unwrap();
+        std::hint::black_box(c);
+    });
+    let mut n = 2048;
+    let miss = time(1, || {
+        // A new shape each time: the plugin is asked, its fragment checked,
+        // the program compiled and run.
+        n += 1;
+        let (a, b) = (tensor(&rt, n, 1), tensor(&rt, n, 2));
+        sync(&rt.call1("swiglu::swiglu", &[a.into(), b.into()]).unwrap());
+    });
+    println!(
+        "  fragment checks ({} ops, {} bytes): {}   {:5.1}% of an uncached lowering, {:6.3}% of a strict cache miss ({})",
+        text.matches(" = \"").count(),
+        text.len(),
+        us(checks),
+        100.0 * checks / lower_uncached,
+        100.0 * checks / miss,
+        us(miss).trim()
+    );
+
+    // 5. Module load: compile vs the cached artifact.
     let cache = std::env::temp_dir().join(format!("torchtpu-bench-plugins-{}", std::process::id()));
     let cold = time(3, || drop(sandbox::compile(&wasm, None).unwrap()));
     sandbox::compile(&wasm, Some(&cache)).unwrap();

@@ -50,6 +50,8 @@ pub type DecideFn = fn(&PolicyRequest) -> Result<PolicyResponse, String>;
 ///     ops: [
 ///         { schema: "swiglu::swiglu(Tensor a, Tensor b) -> Tensor", backward: "swiglu::swiglu_backward", lower: lower_fwd },
 ///         { schema: "swiglu::swiglu_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)", lower: lower_bwd },
+///         // An op whose fragment loops may raise the host's loop bound.
+///         { schema: "swiglu::iterate(Tensor a) -> Tensor", max_loop_iterations: 4096, lower: lower_it },
 ///     ],
 ///     policies: [{ name: "swiglu::never", decide: decide_fn }],
 /// }
