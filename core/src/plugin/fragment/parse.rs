@@ -521,6 +521,7 @@ impl<'t> Parser<'t> {
         self.expect("{", "to open attributes")?;
         self.enter()?;
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         if !self.eat("}") {
             loop {
                 let name = match self.next()? {
@@ -545,7 +546,7 @@ impl<'t> Parser<'t> {
                 } else {
                     None
                 };
-                if out.iter().any(|(n, _): &(String, _)| *n == name) {
+                if !seen.insert(name.clone()) {
                     return self.fail(format!("attribute {name} appears twice"));
                 }
                 out.push((name, value));

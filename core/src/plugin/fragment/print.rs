@@ -72,7 +72,11 @@ fn print_region(frag: &Fragment, b: &Block, indent: usize, out: &mut String) {
     out.push_str("{\n");
     let pad = "  ".repeat(indent);
     let args: Vec<String> = b.args.iter().map(|d| format!("%{d}: {}", frag.defs[*d as usize][0])).collect();
-    let _ = writeln!(out, "{pad}^bb0({}):", args.join(", "));
+    if args.is_empty() {
+        let _ = writeln!(out, "{pad}^bb0:");
+    } else {
+        let _ = writeln!(out, "{pad}^bb0({}):", args.join(", "));
+    }
     for op in &b.ops {
         print_op(frag, op, indent + 1, out);
     }

@@ -161,6 +161,12 @@ fn nesting_tokens_and_size_are_bounded() {
         region = format!("%a{k} = \"stablehlo.constant\"() {{value = dense<1.0> : tensor<f32>}} : () -> tensor<f32>\n%m{k} = \"stablehlo.map\"(%a{k}) ({{\n^bb0(%q{k}: tensor<f32>):\n{region}\n}}) {{dimensions = array<i64>}} : (tensor<f32>) -> tensor<f32>\n\"stablehlo.return\"(%m{k}) : (tensor<f32>) -> ()");
     }
     refused(&GOOD.replacen("%v2 = \"stablehlo.add\"", &format!("{region}\n%v2 = \"stablehlo.add\""), 1), "nest more than");
+    // A wide dictionary is linear, not quadratic, to check.
+    let wide: Vec<String> = (0..60_000).map(|k| format!("a{k}")).collect();
+    let start = std::time::Instant::now();
+    let text = GOOD.replacen("{dimensions = array<i64: 0>}", &format!("{{dimensions = array<i64: 0>, {}}}", wide.join(", ")), 1);
+    run(&text).unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(2), "{:?}", start.elapsed());
     let many = format!("func.func @f() {{ {} }}", "x ".repeat(MAX_TOKENS + 1));
     assert!(check(&many, &[], &[], "s", Limits::default()).unwrap_err().1.contains("tokens"));
     let big = "x".repeat(MAX_TEXT + 1);
