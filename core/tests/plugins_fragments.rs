@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 use common::{f32s, host_f32, rt, MODES};
 use plugin_kit::*;
 use torchtpu_core::error::PluginFailure;
+use torchtpu_core::hlo::{Elem, Ty};
+use torchtpu_core::plugin::fragment;
 use torchtpu_core::runtime::set_thread_mode;
-use torchtpu_core::Error;
+use torchtpu_core::{Error, Value};
 
 /// A fragment of `f(a: [4]) -> [4]` whose body is `body` (the value `%r` is
 /// returned).
@@ -231,4 +233,119 @@ fn nested_endless_loops_share_one_bound() {
     );
     load_fragment("h_loop_nested", &manifest_with("h_loop_nested", r#","max_loop_iterations":1000"#), &nested);
     expect_loop_bound("h_loop_nested", "1000");
+}
+
+// ------------------------------------------------------------------ fuzz
+
+/// xorshift64*: a fixed seed, so a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Pieces a mutation splices in: MLIR's delimiters, escapes, comments,
+/// symbols and denied names.
+const PIECES: &[&str] = &[
+    "\"", "\\", "\\5F", "\\22", "//", "\n", "{", "}", "(", ")", "[", "]", "<", ">", ",", ":", "=", "->", "@x", "@\"y\"",
+    "%0", "%9", "%3#1", "^bb1", "#stablehlo", "#x", "!t", "tensor<4xf32>", "tensor<?xf32>", "dense<", "0x", "1.5e+",
+    "\"stablehlo.custom_call\"", "\"stablehlo.custom\\5Fcall\"", "\"func.return\"", "\"stablehlo.while\"", "loc(", "\u{0}",
+    "é", "-", "9999999999999999999999", "x", " ", "mhlo.sharding = 1",
+];
+
+fn mutate(rng: &mut Rng, s: &str) -> String {
+    let mut b = s.as_bytes().to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let at = rng.below(b.len() + 1);
+        match rng.below(4) {
+            0 => {
+                let end = (at + rng.below(16)).min(b.len());
+                b.drain(at..end);
+            }
+            1 => {
+                let p = PIECES[rng.below(PIECES.len())];
+                b.splice(at..at, p.bytes());
+            }
+            2 => {
+                let end = (at + rng.below(64)).min(b.len());
+                let dup = b[at..end].to_vec();
+                let to = rng.below(b.len() + 1);
+                b.splice(to..to, dup);
+            }
+            _ => {
+                if at < b.len() {
+                    b[at] = (rng.next() & 0x7f) as u8;
+                }
+            }
+        }
+    }
+    String::from_utf8_lossy(&b).into_owned()
+}
+
+/// The example plugins' fragments as the host spliced them: the SDK's
+/// generic form, renamed. (The first `func.func private @ttpu_plugin` of
+/// the op's lowered module, up to its closing brace at column 0.)
+fn example_fragment(op: &str, args: &[Value]) -> String {
+    let rt = rt();
+    let module = rt.lowered_text(op, args).unwrap();
+    let start = module.find("func.func private @ttpu_plugin").expect("a spliced fragment");
+    let end = start + module[start..].find("\n}\n").expect("its end") + 3;
+    module[start..end].to_string()
+}
+
+#[test]
+fn fuzz_mutated_fragments_never_panic_and_what_passes_prints_canonically() {
+    examples();
+    let rt = rt();
+    let x = f32s(&rt, &[1.0, 2.0, 3.0, 4.0], &[4]);
+    let w = f32s(&rt, &[0.5, 1.0, 1.5, 2.0], &[4]);
+    let seeds = {
+        let _lowering = lowering_rms_norm();
+        [
+            (example_fragment("rms_norm::rms_norm", &[x.clone().into(), w.clone().into(), Value::Double(1e-5)]), 2, 1),
+            (example_fragment("swiglu::swiglu", &[x.clone().into(), w.clone().into()]), 2, 1),
+            (example_fragment("swiglu::swiglu_backward", &[x.clone().into(), x.clone().into(), w.clone().into()]), 3, 2),
+            (loop_frag(3, false), 1, 1),
+        ]
+    };
+    let ty = Ty::new(Elem::F32, &[4]);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut n, mut passed) = (0, 0);
+    while n < 30_000 && Instant::now() < deadline {
+        n += 1;
+        let (seed, ins, outs) = &seeds[rng.below(seeds.len())];
+        let text = if rng.below(10) == 0 {
+            (0..rng.below(200)).map(|_| PIECES[rng.below(PIECES.len())]).collect::<String>()
+        } else {
+            mutate(&mut rng, seed)
+        };
+        let (ins, mut outs) = (vec![ty.clone(); *ins], vec![ty.clone(); *outs]);
+        let Ok(c) = fragment::check(&text, &ins, &outs, "s", fragment::Limits::default()) else { continue };
+        passed += 1;
+        // What is printed passes again; without loops (which add a result)
+        // it prints to itself.
+        if c.loop_count {
+            outs.push(Ty::scalar(Elem::I64));
+        }
+        let again = fragment::check(&c.text, &ins, &outs, "s", fragment::Limits::default())
+            .unwrap_or_else(|e| panic!("{text}\nprinted\n{}\nfails again: {e:?}", c.text));
+        if !c.loop_count {
+            assert_eq!(again.text, c.text, "not a fixed point:\n{text}");
+        }
+        for denied in ["\"stablehlo.custom_call\"(", "@x", "@\"", " #x", "loc("] {
+            assert!(!c.text.contains(denied), "{denied} got through:\n{text}\nprinted\n{}", c.text);
+        }
+    }
+    assert!(n >= 1000, "only {n} fragments in the time");
+    assert!(passed > 0, "no mutant passed: the fuzz checks nothing");
+    still_works(&rt);
 }
