@@ -309,7 +309,11 @@ pub fn compile_now(wasm: &[u8], cache_dir: Option<&Path>) -> std::result::Result
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(p.parent().expect("cache files have a parent"))?;
             let bytes = module.serialize().map_err(std::io::Error::other)?;
-            let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+            // Unique per write: an abandoned compile (past its deadline)
+            // may still be writing when the same module is compiled again.
+            static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = p.with_extension(format!("tmp{}-{n}", std::process::id()));
             std::fs::write(&tmp, bytes)?;
             std::fs::rename(&tmp, &p)
         };
