@@ -25,11 +25,14 @@ const _: () = assert!(
 
 /// Loads the plugin file `path`, or every `.wasm` file in the directory
 /// `path`, with the default limits (or those of `TORCHTPU_PLUGIN_FUEL`,
-/// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`). Loading a file
-/// that is already loaded is a no-op. If some files are rejected (bad
-/// manifest, ABI version, duplicate name, forbidden import, ...), the others
-/// still load and the error (INVALID_ARGUMENT) names every rejected file and
-/// why.
+/// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`,
+/// `TORCHTPU_PLUGIN_MAX_MODULE_MB`, `TORCHTPU_PLUGIN_MAX_FUNCTIONS`,
+/// `TORCHTPU_PLUGIN_COMPILE_TIMEOUT_MS`). Loading a file that is already
+/// loaded is a no-op. If some files are rejected (bad manifest, ABI version,
+/// duplicate name, forbidden import, a limit, a `.wasm` that is not a
+/// regular file, ...), the others still load and the error
+/// (INVALID_ARGUMENT) names every rejected file and why; each is also listed
+/// by `ttpu_plugin_rejection`.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_plugin_load(path: *const c_char) -> *mut ttpu_error_t {
     ffi_boundary!({
