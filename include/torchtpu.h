@@ -327,6 +327,18 @@ typedef struct ttpu_plugin_op_t {
   const char *backward;
 } ttpu_plugin_op_t;
 
+// A plugin file that was not loaded, and why. Strings are NUL-terminated
+// and live until the process exits (rejections are kept for the process).
+// Set `struct_size` before calling.
+typedef struct ttpu_plugin_rejection_t {
+  size_t struct_size;
+  // The file (or directory) that was rejected.
+  const char *path;
+  // Why, naming the file and, for a limit, the limit and the environment
+  // variable that raises it.
+  const char *message;
+} ttpu_plugin_rejection_t;
+
 // Frees a value a `ttpu_kv_store_t` get returned.
 typedef void (*ttpu_kv_value_deleter_t)(char *value);
 
@@ -638,11 +650,14 @@ struct ttpu_error_t *ttpu_op_name(size_t index, const char **out_name);
 
 // Loads the plugin file `path`, or every `.wasm` file in the directory
 // `path`, with the default limits (or those of `TORCHTPU_PLUGIN_FUEL`,
-// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`). Loading a file
-// that is already loaded is a no-op. If some files are rejected (bad
-// manifest, ABI version, duplicate name, forbidden import, ...), the others
-// still load and the error (INVALID_ARGUMENT) names every rejected file and
-// why.
+// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`,
+// `TORCHTPU_PLUGIN_MAX_MODULE_MB`, `TORCHTPU_PLUGIN_MAX_FUNCTIONS`,
+// `TORCHTPU_PLUGIN_COMPILE_TIMEOUT_MS`). Loading a file that is already
+// loaded is a no-op. If some files are rejected (bad manifest, ABI version,
+// duplicate name, forbidden import, a limit, a `.wasm` that is not a
+// regular file, ...), the others still load and the error
+// (INVALID_ARGUMENT) names every rejected file and why; each is also listed
+// by `ttpu_plugin_rejection`.
 struct ttpu_error_t *ttpu_plugin_load(const char *path);
 
 // Loads the plugins of `$TORCHTPU_PLUGIN_PATH` now, as creating the first
@@ -662,6 +677,17 @@ struct ttpu_error_t *ttpu_plugin_op(size_t index, size_t op, struct ttpu_plugin_
 // Writes the name of policy `policy` (< `num_policies`) of plugin `index`
 // ("<plugin>::<policy>", static storage) to `*out_name`.
 struct ttpu_error_t *ttpu_plugin_policy_name(size_t index, size_t policy, const char **out_name);
+
+// The number of plugin files rejected so far in this process (by
+// `ttpu_plugin_load`, `ttpu_plugin_load_env` or `$TORCHTPU_PLUGIN_PATH`),
+// including `.wasm` entries of a directory that were skipped because they
+// are not regular files.
+size_t ttpu_plugin_rejection_count(void);
+
+// Fills `*out_rejection` for rejection `index` (0-based, in the order they
+// happened, < `ttpu_plugin_rejection_count()`).
+struct ttpu_error_t *ttpu_plugin_rejection(size_t index,
+                                           struct ttpu_plugin_rejection_t *out_rejection);
 
 // Creates a runtime. `options` may be NULL for defaults. On success
 // `*out_runtime` owns the runtime; free it with `ttpu_runtime_destroy`.

@@ -25,18 +25,22 @@ const _: () = assert!(
 
 /// Loads the plugin file `path`, or every `.wasm` file in the directory
 /// `path`, with the default limits (or those of `TORCHTPU_PLUGIN_FUEL`,
-/// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`). Loading a file
-/// that is already loaded is a no-op. If some files are rejected (bad
-/// manifest, ABI version, duplicate name, forbidden import, ...), the others
-/// still load and the error (INVALID_ARGUMENT) names every rejected file and
-/// why.
+/// `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`,
+/// `TORCHTPU_PLUGIN_MAX_MODULE_MB`, `TORCHTPU_PLUGIN_MAX_FUNCTIONS`,
+/// `TORCHTPU_PLUGIN_COMPILE_TIMEOUT_MS`). Loading a file that is already
+/// loaded is a no-op. If some files are rejected (bad manifest, ABI version,
+/// duplicate name, forbidden import, a limit, a `.wasm` that is not a
+/// regular file, ...), the others still load and the error
+/// (INVALID_ARGUMENT) names every rejected file and why; each is also listed
+/// by `ttpu_plugin_rejection`.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_plugin_load(path: *const c_char) -> *mut ttpu_error_t {
     ffi_boundary!({
         crate::runtime::init_logging();
         let path = str_arg(path, "ttpu_plugin_load: path")?;
         let p = Path::new(path);
-        if !p.exists() {
+        // A dangling symlink is there (and reported by the loader as one).
+        if std::fs::symlink_metadata(p).is_err() {
             return Err(Error::NotFound(format!("ttpu_plugin_load: {path}: no such file or directory")));
         }
         host().load(p, Limits::from_env()).into_result().map(|_| ())
@@ -163,5 +167,46 @@ pub unsafe extern "C" fn ttpu_plugin_policy_name(index: usize, policy: usize, ou
             Error::InvalidArgument(format!("{what}: policy index {policy} >= {} policies of plugin '{}'", names.len(), p.name()))
         })?;
         write_out(out_name, what, n.as_ptr())
+    })
+}
+
+/// The number of plugin files rejected so far in this process (by
+/// `ttpu_plugin_load`, `ttpu_plugin_load_env` or `$TORCHTPU_PLUGIN_PATH`),
+/// including `.wasm` entries of a directory that were skipped because they
+/// are not regular files.
+#[no_mangle]
+pub extern "C" fn ttpu_plugin_rejection_count() -> usize {
+    crate::ffi::no_panic(0, || host().rejections().len())
+}
+
+/// A plugin file that was not loaded, and why. Strings are NUL-terminated
+/// and live until the process exits (rejections are kept for the process).
+/// Set `struct_size` before calling.
+#[repr(C)]
+pub struct ttpu_plugin_rejection_t {
+    pub struct_size: usize,
+    /// The file (or directory) that was rejected.
+    pub path: *const c_char,
+    /// Why, naming the file and, for a limit, the limit and the environment
+    /// variable that raises it.
+    pub message: *const c_char,
+}
+
+/// Fills `*out_rejection` for rejection `index` (0-based, in the order they
+/// happened, < `ttpu_plugin_rejection_count()`).
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_plugin_rejection(index: usize, out_rejection: *mut ttpu_plugin_rejection_t) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_plugin_rejection";
+        let size = crate::ffi::out_struct_size(out_rejection, what)?;
+        let all = host().rejections();
+        let r = all.get(index).ok_or_else(|| {
+            Error::InvalidArgument(format!("{what}: rejection index {index} >= rejection count {}", all.len()))
+        })?;
+        // The host keeps every rejection (and so its strings) for the life
+        // of the process; `all` only holds clones of them.
+        let (path, message) = r.c();
+        out_rejection.write(ttpu_plugin_rejection_t { struct_size: size, path: path.as_ptr(), message: message.as_ptr() });
+        Ok(())
     })
 }

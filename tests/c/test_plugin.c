@@ -2,9 +2,12 @@
  * (run.sh points it at the directory scripts/setup.sh builds them into)
  * load with the first runtime; their ops run through the generic op call in
  * strict and fused mode against values computed here; a plugin policy is
- * selected by name; bad paths and files give errors naming them. */
+ * selected by name; bad paths and files give errors naming them, and every
+ * rejected file is listed with its reason. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -45,6 +48,7 @@ int main(void) {
     const char *dir = getenv("TORCHTPU_PLUGIN_PATH");
     CHECK(dir != NULL && *dir != '\0');
     CHECK(ttpu_plugin_count() == 0);
+    CHECK(ttpu_plugin_rejection_count() == 0);
     ttpu_runtime_t *rt = test_runtime();
 
     /* The three examples were loaded from TORCHTPU_PLUGIN_PATH. */
@@ -147,6 +151,34 @@ int main(void) {
     close(fd);
     CHECK_CODE_MSG(ttpu_plugin_load(path), TTPU_CODE_INVALID_ARGUMENT, path);
     unlink(path);
+
+    /* Every rejected file is listed, with its reason. */
+    CHECK(ttpu_plugin_rejection_count() == 1);
+    ttpu_plugin_rejection_t rej;
+    memset(&rej, 0, sizeof rej);
+    rej.struct_size = sizeof rej;
+    CHECK_OK(ttpu_plugin_rejection(0, &rej));
+    CHECK(strcmp(rej.path, path) == 0);
+    CHECK(strstr(rej.message, path) != NULL && strstr(rej.message, "not a WebAssembly module") != NULL);
+    /* A FIFO named like a plugin, in a directory: reported, and the load
+     * does not hang on it. */
+    char fifo_dir[] = "/tmp/ttpu_test_plugin_dir_XXXXXX";
+    CHECK(mkdtemp(fifo_dir) != NULL);
+    char fifo[sizeof fifo_dir + 16];
+    snprintf(fifo, sizeof fifo, "%s/x.wasm", fifo_dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK_CODE_MSG(ttpu_plugin_load(fifo_dir), TTPU_CODE_INVALID_ARGUMENT, "is a FIFO, not a regular file");
+    CHECK(ttpu_plugin_rejection_count() == 2);
+    CHECK_OK(ttpu_plugin_rejection(1, &rej));
+    CHECK(strcmp(rej.path, fifo) == 0 && strstr(rej.message, "is a FIFO") != NULL);
+    unlink(fifo);
+    rmdir(fifo_dir);
+    /* The strings outlive the call that returned them. */
+    CHECK(strstr(rej.message, "x.wasm") != NULL);
+    CHECK_CODE(ttpu_plugin_rejection(2, &rej), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_plugin_rejection(0, NULL), TTPU_CODE_INVALID_ARGUMENT);
+    ttpu_plugin_rejection_t small_rej = {sizeof(size_t), NULL, NULL};
+    CHECK_CODE_MSG(ttpu_plugin_rejection(0, &small_rej), TTPU_CODE_INVALID_ARGUMENT, "struct_size");
     /* Loading the same directory again is a no-op. */
     CHECK_OK(ttpu_plugin_load(dir));
     CHECK(ttpu_plugin_count() == 3);

@@ -2,10 +2,12 @@
 ``torch.ops`` ops on tpu, against PyTorch on CPU, in every eager mode; their
 fusion with neighbouring ops; a plugin op's autograd from its backward op; a
 plugin fusion policy; discovery through TORCHTPU_PLUGIN_PATH in a fresh
-process; and plugin errors."""
+process; plugin errors; a plugin in one of PyTorch's namespaces, skipped
+with a warning at ``import torch``; and the list of rejected files."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -165,3 +167,88 @@ def test_plugins_in_TORCHTPU_PLUGIN_PATH_are_torch_ops_at_import(tmp_path):
     env = dict(os.environ, TORCHTPU_PLUGIN_PATH=str(drop))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout + out.stderr
+
+
+def _leb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _name(s: str) -> bytes:
+    b = s.encode()
+    return _leb(len(b)) + b
+
+
+def _section(id_: int, body: bytes) -> bytes:
+    return bytes([id_]) + _leb(len(body)) + body
+
+
+def plugin_wasm(name: str) -> bytes:
+    """A minimal plugin module, written byte by byte: the manifest (one op,
+    ``<name>::f``), a 1-page exported memory, ``ttpu_alloc`` (returns 0),
+    ``ttpu_dealloc`` and ``ttpu_lower`` (traps)."""
+    manifest = json.dumps({"name": name, "version": "0.0.1", "abi": {"major": 1, "minor": 0},
+                           "ops": [{"schema": f"{name}::f(Tensor a) -> Tensor"}]})
+    i32, i64, func = 0x7F, 0x7E, 0x60
+    types = [bytes([func, 1, i32, 1, i32]), bytes([func, 2, i32, i32, 0]), bytes([func, 2, i32, i32, 1, i64])]
+    exports = [(b"memory", 2, 0), (b"ttpu_alloc", 0, 0), (b"ttpu_dealloc", 0, 1), (b"ttpu_lower", 0, 2)]
+    bodies = [bytes([0x00, 0x41, 0x00, 0x0B]),  # no locals; i32.const 0; end
+              bytes([0x00, 0x0B]),  # end
+              bytes([0x00, 0x00, 0x0B])]  # unreachable; end
+    return (b"\0asm" + bytes([1, 0, 0, 0])
+            + _section(0, _name("torchtpu.manifest") + manifest.encode())
+            + _section(1, _leb(len(types)) + b"".join(types))
+            + _section(3, bytes([3, 0, 1, 2]))
+            + _section(5, bytes([1, 0, 1]))  # one memory, min 1 page, no max
+            + _section(7, _leb(len(exports)) + b"".join(_name(n.decode()) + bytes([k, i]) for n, k, i in exports))
+            + _section(10, _leb(len(bodies)) + b"".join(_leb(len(b)) + b for b in bodies)))
+
+
+# Namespaces PyTorch's dispatcher has that the runtime's fixed reserved list
+# (core/src/plugin/manifest.rs) does not name, so that only the frontend's
+# dispatcher check can refuse them.
+_UNLISTED_TORCH_NAMESPACES = ("static_runtime", "coor", "flex_gemm")
+
+
+def test_a_plugin_in_a_pytorch_namespace_is_skipped_with_a_warning_not_a_failed_import(tmp_path):
+    in_use = {n.split("::", 1)[0] for n in torch._C._dispatch_get_all_op_names()}
+    ns = next((n for n in _UNLISTED_TORCH_NAMESPACES if n in in_use), None)
+    assert ns is not None, f"none of {_UNLISTED_TORCH_NAMESPACES} is a namespace of this PyTorch"
+    drop = tmp_path / "plugins"
+    drop.mkdir()
+    (drop / "hostile.wasm").write_bytes(plugin_wasm(ns))
+    shutil.copy(PLUGINS / "rms_norm.wasm", drop)
+    script = textwrap.dedent(f"""
+        import warnings
+        warnings.simplefilter("always")
+        import torch, torch.nn.functional as F
+        assert torch.equal((torch.ones(2, device="tpu") + 1).cpu(), torch.full((2,), 2.0))
+        x, w = torch.randn(3, 8), torch.randn(8)
+        got = torch.ops.rms_norm.rms_norm(x.to("tpu"), w.to("tpu"), 1e-5).cpu()
+        torch.testing.assert_close(got, F.rms_norm(x, (8,), w, 1e-5), atol=1e-5, rtol=1e-5)
+        rejected = [r for r in torch.tpu.plugin_rejections() if r.path.endswith("hostile.wasm")]
+        assert len(rejected) == 1, torch.tpu.plugin_rejections()
+        assert "plugin '{ns}'" in rejected[0].message and "already used by PyTorch" in rejected[0].message
+        print("OK")
+    """)
+    env = dict(os.environ, TORCHTPU_PLUGIN_PATH=str(drop))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout + out.stderr
+    assert f"plugin '{ns}'" in out.stderr and "was not registered with PyTorch" in out.stderr, out.stderr
+
+
+def test_plugin_rejections_list_a_non_regular_file_with_its_reason(tmp_path):
+    drop = tmp_path / "kinds"
+    drop.mkdir()
+    os.mkfifo(drop / "fifo.wasm")
+    (drop / "dir.wasm").mkdir()
+    with pytest.raises(Exception, match="is a FIFO, not a regular file"):
+        torch.tpu.load_plugins(drop)
+    got = {Path(r.path).name: r.message for r in torch.tpu.plugin_rejections() if Path(r.path).parent == drop}
+    assert set(got) == {"fifo.wasm", "dir.wasm"}, got
+    assert "is a FIFO" in got["fifo.wasm"] and "is a directory" in got["dir.wasm"]
+    assert torch.equal((torch.ones(3).to("tpu") * 2).cpu(), torch.full((3,), 2.0))

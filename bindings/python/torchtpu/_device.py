@@ -51,7 +51,10 @@ def _plugin_ops() -> None:
         plugins.load_env()
     except Exception as e:  # noqa: BLE001 (every rejection is reported, none is fatal)
         warnings.warn(f"torchtpu: some plugins in TORCHTPU_PLUGIN_PATH were not loaded: {e}", stacklevel=3)
-    custom_ops.register_plugin_ops()
+    try:
+        custom_ops.register_plugin_ops()  # warns about and records each plugin it skips
+    except Exception as e:  # noqa: BLE001 (a plugin never makes `import torch` fail)
+        warnings.warn(f"torchtpu: the plugins' ops were not registered with PyTorch: {e}", stacklevel=3)
 
 
 def _print_from_host() -> None:

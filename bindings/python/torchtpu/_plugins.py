@@ -37,6 +37,27 @@ class Plugin:
     lowering_misses: int
 
 
+@dataclass(frozen=True)
+class PluginRejection:
+    path: str
+    """The file (or directory) that was not loaded, or whose ops were not
+    defined with PyTorch."""
+    message: str
+    """Why: the reason, naming the file, and for a limit the environment
+    variable that raises it."""
+
+
+# Plugins the runtime loaded but whose ops PyTorch could not define (their
+# namespace is one of PyTorch's, a schema it refuses, ...): recorded by
+# custom_ops, listed by plugin_rejections().
+_frontend_rejections: list[PluginRejection] = []
+
+
+def record_rejection(path: str, message: str) -> None:
+    """Records a plugin the frontend skipped, for :func:`plugin_rejections`."""
+    _frontend_rejections.append(PluginRejection(path, message))
+
+
 def _str(p) -> str:
     return ffi.string(p).decode("utf-8", "replace")
 
@@ -79,3 +100,17 @@ def plugins() -> list[Plugin]:
             calls=int(info.calls), failures=int(info.failures), lowering_hits=int(info.lowering_hits),
             lowering_misses=int(info.lowering_misses)))
     return out
+
+
+def plugin_rejections() -> list[PluginRejection]:
+    """Every plugin file rejected so far in this process, with its reason: by
+    the runtime (a bad manifest, a limit, a file that is not a regular
+    file, ...) in the order it happened, then those whose ops PyTorch could
+    not define."""
+    out = []
+    for i in range(lib.ttpu_plugin_rejection_count()):
+        r = ffi.new("ttpu_plugin_rejection_t*")
+        r.struct_size = ffi.sizeof("ttpu_plugin_rejection_t")
+        check(lib.ttpu_plugin_rejection(i, r))
+        out.append(PluginRejection(_str(r.path), _str(r.message)))
+    return out + list(_frontend_rejections)

@@ -30,9 +30,9 @@ __all__ = [
     "index_checks_enabled", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "load_plugins",
     "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
     "memory_allocated", "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
-    "plugins", "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_peak_memory_stats", "seed",
-    "set_device", "set_eager_mode", "set_fusion_policy", "set_index_checks", "set_rng_state", "set_rng_state_all",
-    "set_stream", "stream", "synchronize",
+    "plugin_rejections", "plugins", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
+    "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode", "set_fusion_policy", "set_index_checks",
+    "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
 ]
 
 
@@ -549,6 +549,14 @@ def load_plugins(path: Any) -> list[plugins_mod.Plugin]:
 def plugins() -> list[plugins_mod.Plugin]:
     """The loaded plugins: name, version, path, ops, policies, counters."""
     return plugins_mod.plugins()
+
+
+def plugin_rejections() -> list[plugins_mod.PluginRejection]:
+    """Every plugin not loaded (or whose ops PyTorch could not define) in
+    this process, as (path, message) records: a bad manifest, a limit with
+    the variable that raises it, a ``.wasm`` that is not a regular file, a
+    namespace PyTorch already uses."""
+    return plugins_mod.plugin_rejections()
 
 
 def fallback_stats() -> dict[str, int]:

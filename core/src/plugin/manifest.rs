@@ -22,7 +22,18 @@ fn allowed_arg(ty: &ArgType) -> bool {
 }
 
 /// Namespaces a plugin may not take: its ops would pose as built-in ones.
-const RESERVED: &[&str] = &["aten", "prim", "prims", "torch", "torchtpu", "c10d", "_c10d_functional", "quantized"];
+/// These are PyTorch's (and its usual companions') op namespaces, which the
+/// runtime cannot see from here; at load the host also refuses every
+/// namespace the op registry already uses, and the PyTorch frontend every
+/// namespace its dispatcher already knows.
+pub const RESERVED: &[&str] = &[
+    "aten", "prim", "prims", "torch", "torchtpu", "tpu", "c10d", "c10d_functional", "_c10d_functional",
+    "_c10d_functional_autograd", "_dtensor", "quantized", "_quantized", "quantized_decomposed", "quantization",
+    "profiler", "cuda", "cudnn", "mps", "xpu", "mkldnn", "mkldnn_prepacked", "mkl", "onednn", "fbgemm",
+    "xnnpack", "_test", "xla", "onnx", "inductor", "inductor_prims", "debugprims", "rngprims", "higher_order",
+    "sparse", "nn", "autograd", "_native", "_native_aot", "debug_mode_ops", "export", "_export", "fsdp",
+    "symm_mem", "functorch", "_functorch", "triton", "torchvision", "torchaudio", "torchao",
+];
 
 /// A checked manifest with its parsed op schemas.
 #[derive(Debug, Clone)]
@@ -31,24 +42,42 @@ pub struct Checked {
     pub schemas: Vec<Schema>,
 }
 
-/// The custom sections of a wasm binary, by name. Only the section framing
-/// is parsed (the module is validated when it is compiled).
-fn custom_sections(wasm: &[u8]) -> Result<Vec<(&str, &[u8])>, String> {
-    fn leb(b: &[u8], i: &mut usize) -> Result<usize, String> {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let byte = *b.get(*i).ok_or("truncated section header")?;
-            *i += 1;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return usize::try_from(v).map_err(|_| "section size overflows".to_string());
-            }
-            shift += 7;
-            if shift > 35 {
-                return Err("malformed LEB128 size".into());
-            }
+/// An unsigned LEB128 number (a size or a count) at `b[*i..]`, at most 35
+/// bits; advances `i` past it.
+pub(crate) fn leb(b: &[u8], i: &mut usize) -> Result<usize, String> {
+    let (mut v, mut shift) = (0u64, 0);
+    loop {
+        let byte = *b.get(*i).ok_or("truncated section header")?;
+        *i += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return usize::try_from(v).map_err(|_| "section size overflows".to_string());
+        }
+        shift += 7;
+        if shift > 35 {
+            return Err("malformed LEB128 size".into());
         }
     }
+}
+
+/// The custom sections of a wasm binary, by name.
+fn custom_sections(wasm: &[u8]) -> Result<Vec<(&str, &[u8])>, String> {
+    let mut out = Vec::new();
+    for (id, body) in sections(wasm)? {
+        if id == 0 {
+            let mut j = 0;
+            let n = leb(body, &mut j)?;
+            let name_end = j.checked_add(n).filter(|&e| e <= body.len()).ok_or("a custom section name runs past its section")?;
+            let name = std::str::from_utf8(&body[j..name_end]).map_err(|_| "a custom section name is not UTF-8")?;
+            out.push((name, &body[name_end..]));
+        }
+    }
+    Ok(out)
+}
+
+/// The sections of a wasm binary: (id, contents). Only the section framing
+/// is parsed (the module is validated when it is compiled).
+pub(crate) fn sections(wasm: &[u8]) -> Result<Vec<(u8, &[u8])>, String> {
     if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
         return Err("not a WebAssembly module (no \\0asm header)".into());
     }
@@ -62,13 +91,7 @@ fn custom_sections(wasm: &[u8]) -> Result<Vec<(&str, &[u8])>, String> {
         i += 1;
         let size = leb(wasm, &mut i)?;
         let end = i.checked_add(size).filter(|&e| e <= wasm.len()).ok_or("a section runs past the end of the file")?;
-        if id == 0 {
-            let mut j = i;
-            let n = leb(wasm, &mut j)?;
-            let name_end = j.checked_add(n).filter(|&e| e <= end).ok_or("a custom section name runs past its section")?;
-            let name = std::str::from_utf8(&wasm[j..name_end]).map_err(|_| "a custom section name is not UTF-8")?;
-            out.push((name, &wasm[name_end..end]));
-        }
+        out.push((id, &wasm[i..end]));
         i = end;
     }
     Ok(out)
@@ -112,7 +135,10 @@ pub fn check(manifest: Manifest) -> Result<Checked, String> {
         return Err(format!("plugin name {name:?} must match [a-z_][a-z0-9_]*"));
     }
     if RESERVED.contains(&name.as_str()) {
-        return Err(format!("plugin name '{name}' is reserved (it is a namespace of PyTorch's or torchtpu's own ops)"));
+        return Err(format!(
+            "plugin name '{name}' is reserved: it is a namespace of PyTorch's or torchtpu's own ops, and a \
+             plugin's ops would pose as them (see plugins/ABI.md)"
+        ));
     }
     if manifest.ops.is_empty() && manifest.policies.is_empty() {
         return Err(format!("plugin '{name}' declares no ops and no policies"));
@@ -208,6 +234,8 @@ mod tests {
             (Manifest { abi: AbiVersion { major: 1, minor: 9 }, ..manifest(&[], &["demo::p"]) }, "ABI 1.9"),
             (Manifest { name: "Bad-Name".into(), ..manifest(&[], &["demo::p"]) }, "must match"),
             (Manifest { name: "aten".into(), ..manifest(&[], &["aten::p"]) }, "reserved"),
+            (Manifest { name: "profiler".into(), ..manifest(&[], &["profiler::p"]) }, "reserved"),
+            (Manifest { name: "_c10d_functional_autograd".into(), ..manifest(&[], &["_c10d_functional_autograd::p"]) }, "reserved"),
             (manifest(&[], &[]), "no ops and no policies"),
             (manifest(&[("other::f(Tensor a) -> Tensor", None)], &[]), "outside the plugin's namespace"),
             (manifest(&[("demo::f(Tensor(a!) a) -> Tensor(a!)", None)], &[]), "functional"),

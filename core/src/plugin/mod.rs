@@ -18,7 +18,8 @@ mod op;
 pub mod policy;
 pub mod sandbox;
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once, OnceLock};
@@ -31,6 +32,74 @@ use crate::error::{Error, Result};
 use crate::graph::policy::FusionPolicy;
 use crate::ops::registry;
 pub use sandbox::{Limits, ModuleSource};
+
+/// Reads the plugin file at `path`: only a regular file (a symlink is
+/// followed to one), at most `cap` bytes. The file is opened non-blocking
+/// and its type is taken from the opened handle (`fstat`), so a FIFO
+/// cannot hang the load, a device such as `/dev/zero` cannot fill memory,
+/// and a file swapped after a check is still the file checked. Errors are
+/// for the caller to attribute to the file.
+fn read_plugin_file(path: &Path, cap: usize) -> std::result::Result<Vec<u8>, String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let kind = |t: std::fs::FileType| {
+        if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_symlink() {
+            "a symbolic link"
+        } else {
+            "not a regular file"
+        }
+    };
+    let not_regular = |t: std::fs::FileType| format!("is {}, not a regular file; only regular .wasm files are loaded", kind(t));
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path);
+    let file = match file {
+        Ok(f) => f,
+        Err(e) => {
+            // Say what is there: a dangling link, a socket (which open
+            // refuses), or nothing.
+            return Err(match (std::fs::symlink_metadata(path), std::fs::metadata(path)) {
+                (Ok(l), Err(_)) if l.file_type().is_symlink() => match std::fs::read_link(path) {
+                    Ok(to) => format!("is a dangling symbolic link (to {}, which does not exist)", to.display()),
+                    Err(_) => "is a dangling symbolic link".to_string(),
+                },
+                (_, Ok(m)) if !m.is_file() => not_regular(m.file_type()),
+                _ if e.kind() == std::io::ErrorKind::NotFound => "no such file".into(),
+                _ => format!("cannot read it: {e}"),
+            });
+        }
+    };
+    let meta = file.metadata().map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    let too_big = |n: u64| {
+        format!(
+            "is {n} bytes, over the {} module size limit ({} raises it)",
+            sandbox::show_bytes(cap),
+            sandbox::env::MAX_MODULE_MB
+        )
+    };
+    if meta.len() > cap as u64 {
+        return Err(too_big(meta.len()));
+    }
+    let mut wasm = Vec::new();
+    // One byte past the cap tells a file that grew since fstat.
+    let take = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    file.take(take).read_to_end(&mut wasm).map_err(|e| format!("cannot read it: {e}"))?;
+    if wasm.len() > cap {
+        return Err(too_big(wasm.len() as u64));
+    }
+    Ok(wasm)
+}
+
 
 /// Counters of one plugin.
 #[derive(Debug, Default)]
@@ -145,6 +214,20 @@ impl Plugin {
 pub struct Rejection {
     pub path: PathBuf,
     pub error: Error,
+    c: Arc<(CString, CString)>,
+}
+
+impl Rejection {
+    pub fn new(path: PathBuf, error: Error) -> Rejection {
+        let c = Arc::new((c_string(&path.display().to_string()), c_string(&error.to_string())));
+        Rejection { path, error, c }
+    }
+    /// The path and the message, NUL-terminated, for C callers. They live
+    /// as long as the rejection; the host keeps every rejection for the
+    /// life of the process.
+    pub fn c(&self) -> (&CStr, &CStr) {
+        (&self.c.0, &self.c.1)
+    }
 }
 
 /// What one load did.
@@ -221,17 +304,18 @@ impl Host {
         let files = if path.is_dir() {
             match std::fs::read_dir(path) {
                 Ok(entries) => {
-                    let mut fs: Vec<PathBuf> = entries
-                        .flatten()
-                        .map(|e| e.path())
-                        .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
-                        .collect();
+                    // Every `.wasm` entry is tried, whatever it is: one that
+                    // is not a regular file is reported, not skipped silently.
+                    let mut fs: Vec<PathBuf> =
+                        entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "wasm")).collect();
                     fs.sort();
                     fs
                 }
                 Err(e) => {
                     let error = Error::Io { path: path.display().to_string(), source: Arc::new(e) };
-                    report.rejected.push(Rejection { path: path.into(), error });
+                    let r = Rejection::new(path.into(), error);
+                    self.rejected.lock().push(r.clone());
+                    report.rejected.push(r);
                     return report;
                 }
             }
@@ -242,8 +326,9 @@ impl Host {
             match self.load_file(&f, limits) {
                 Ok(p) => report.loaded.push(p),
                 Err(error) => {
-                    self.rejected.lock().push(Rejection { path: f.clone(), error: error.clone() });
-                    report.rejected.push(Rejection { path: f, error });
+                    let r = Rejection::new(f, error);
+                    self.rejected.lock().push(r.clone());
+                    report.rejected.push(r);
                 }
             }
         }
@@ -254,12 +339,10 @@ impl Host {
     /// (same path and contents) again returns the plugin already loaded.
     pub fn load_file(&self, path: &Path, limits: Limits) -> Result<Arc<Plugin>> {
         let reject = |message: String| Error::WasmPluginRejected { path: path.display().to_string(), message };
-        let wasm = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => reject("no such file".into()),
-            _ => reject(format!("cannot read it: {e}")),
-        })?;
+        let wasm = read_plugin_file(path, limits.module_bytes).map_err(reject)?;
         let hash: [u8; 32] = Sha256::digest(&wasm).into();
         let checked = manifest::read(&wasm).map_err(reject)?;
+        sandbox::precheck(&wasm, &limits).map_err(reject)?;
         let name = checked.manifest.name.clone();
         let _guard = self.loading.lock();
         if let Some(p) = self.get(&name) {
@@ -272,8 +355,14 @@ impl Host {
                 p.path.display()
             )));
         }
+        if let Some(op) = registry().names().into_iter().find(|n| n.split_once("::").is_some_and(|(ns, _)| ns == name)) {
+            return Err(reject(format!(
+                "plugin name '{name}' is a namespace the runtime already uses (it has {op}); a plugin's ops \
+                 may not join or pose as another's"
+            )));
+        }
         let start = std::time::Instant::now();
-        let (module, source) = sandbox::compile(&wasm, self.cache_dir.as_deref()).map_err(reject)?;
+        let (module, source) = sandbox::compile(wasm.into(), self.cache_dir.clone(), limits.compile_timeout).map_err(reject)?;
         let m = &checked.manifest;
         sandbox::check_interface(&module, !m.ops.is_empty(), !m.policies.is_empty()).map_err(reject)?;
         let sandbox = sandbox::Sandbox::new(&name, module, limits).map_err(reject)?;
