@@ -5,77 +5,34 @@
 //! built-in ops and the example plugins must still give the right numbers.
 
 mod common;
+mod plugin_kit;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{f32s, host_f32, rt, MODES};
+use common::{f32s, rt, MODES};
+use plugin_kit::{examples, manifest, still_works};
 use torchtpu_core::error::PluginFailure;
 use torchtpu_core::plugin::{host, Limits};
 use torchtpu_core::runtime::set_thread_mode;
-use torchtpu_core::{Error, ExecMode, Runtime, Scalar, Value};
+use torchtpu_core::{Error, ExecMode, Runtime};
 
 // ------------------------------------------------------------------ helpers
 
-fn examples_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/plugins"))
-}
-
-/// Loads the example plugins once per test process.
-fn examples() {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        for name in ["rms_norm", "swiglu"] {
-            let path = examples_dir().join(format!("{name}.wasm"));
-            assert!(path.is_file(), "{} is missing: scripts/setup.sh builds the example plugins", path.display());
-            host().load_file(&path, Limits::default()).unwrap_or_else(|e| panic!("{e}"));
-        }
-    });
-}
-
 /// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
+fn fresh_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("torchtpu-sandbox-tests-{}", std::process::id())).join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
-fn close(got: &[f32], want: &[f32], tol: f32) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: got {g}, want {w}");
-    }
-}
-
-/// After a failure: an ordinary op and both example plugins still give the
-/// numbers computed by hand here.
-fn still_works(rt: &Arc<Runtime>) {
-    examples();
-    let a = f32s(rt, &[1.0, 2.0, 3.0], &[3]);
-    let s = rt.call1("aten::add.Tensor", &[a.clone().into(), a.into(), Value::Scalar(Scalar::Float(0.5))]).unwrap();
-    assert_eq!(host_f32(rt, &s), vec![1.5, 3.0, 4.5]);
-    // rms_norm of [3, 4] with weights [1, 2]: mean square 12.5, so
-    // [3, 4] / sqrt(12.5 + 1e-5) * [1, 2].
-    let x = f32s(rt, &[3.0, 4.0], &[1, 2]);
-    let w = f32s(rt, &[1.0, 2.0], &[2]);
-    let y = rt.call1("rms_norm::rms_norm", &[x.into(), w.into(), Value::Double(1e-5)]).unwrap();
-    let r = 1.0 / (12.5f64 + 1e-5).sqrt();
-    close(&host_f32(rt, &y), &[(3.0 * r) as f32, (8.0 * r) as f32], 1e-5);
-    // swiglu(a, b) = a * sigmoid(a) * b: at a = 0 it is 0, at a = 2, b = 3
-    // it is 6 / (1 + e^-2).
-    let a = f32s(rt, &[0.0, 2.0], &[2]);
-    let b = f32s(rt, &[5.0, 3.0], &[2]);
-    let y = rt.call1("swiglu::swiglu", &[a.into(), b.into()]).unwrap();
-    close(&host_f32(rt, &y), &[0.0, (6.0 / (1.0 + (-2.0f64).exp())) as f32], 1e-6);
-}
-
 /// A plugin in WAT: the manifest, a 3-page memory (unless `extra` brings
 /// its own), an allocator that always hands out page 1, and `lower` as the
 /// body of `ttpu_lower`.
-fn wat_plugin(manifest: &str, lower: &str, extra: &str) -> Vec<u8> {
+fn wat_module(manifest: &str, lower: &str, extra: &str) -> Vec<u8> {
     wat::parse_str(wat_text(manifest, lower, extra, "(memory (export \"memory\") 3)")).unwrap()
 }
 
@@ -90,10 +47,6 @@ fn wat_text(manifest: &str, lower: &str, extra: &str, memory: &str) -> String {
   (func (export "ttpu_dealloc") (param i32 i32))
   (func (export "ttpu_lower") (param i32 i32) (result i64) {lower}))"#
     )
-}
-
-fn manifest(name: &str) -> String {
-    format!(r#"{{"name":"{name}","version":"0.0.1","abi":{{"major":1,"minor":0}},"ops":[{{"schema":"{name}::f(Tensor a) -> Tensor"}}]}}"#)
 }
 
 fn write(dir: &Path, file: &str, wasm: &[u8]) -> PathBuf {
@@ -131,7 +84,7 @@ fn expect_call_failure(rt: &Arc<Runtime>, name: &str, kind: PluginFailure, needl
 }
 
 fn load(name: &str, wasm: &[u8], limits: Limits) {
-    let path = write(&scratch(&format!("load-{name}")), &format!("{name}.wasm"), wasm);
+    let path = write(&fresh_dir(&format!("load-{name}")), &format!("{name}.wasm"), wasm);
     host().load_file(&path, limits).unwrap_or_else(|e| panic!("{name} should load: {e}"));
 }
 
@@ -149,7 +102,7 @@ const RECURSE: &str = r#"(func $r (param i32) (result i32) (i32.add (call $r (lo
 #[test]
 fn direct_recursion_on_a_256k_stack_thread_is_a_stack_overflow_trap() {
     examples();
-    load("sbx_rec", &wat_plugin(&manifest("sbx_rec"), "(i64.extend_i32_u (call $r (i32.const 0)))", RECURSE), Limits::default());
+    load("sbx_rec", &wat_module(&manifest("sbx_rec"), "(i64.extend_i32_u (call $r (i32.const 0)))", RECURSE), Limits::default());
     let rt = rt();
     let rt2 = rt.clone();
     // Every mode, on a thread whose whole stack (256 KiB) is a quarter of
@@ -176,7 +129,7 @@ fn mutual_recursion_through_a_table_on_a_small_stack_thread_is_a_trap() {
   (elem (i32.const 0) $a $b)
   (func $a (param i32) (result i32) (i32.add (call_indirect (type $t) (local.get 0) (i32.const 1)) (i32.const 1)))
   (func $b (param i32) (result i32) (i32.mul (call $a (local.get 0)) (i32.const 3)))"#;
-    load("sbx_mutual", &wat_plugin(&manifest("sbx_mutual"), "(i64.extend_i32_u (call $a (i32.const 0)))", extra), Limits::default());
+    load("sbx_mutual", &wat_module(&manifest("sbx_mutual"), "(i64.extend_i32_u (call $a (i32.const 0)))", extra), Limits::default());
     let rt = rt();
     let rt2 = rt.clone();
     on_thread_with_stack(128 << 10, move || {
@@ -191,9 +144,9 @@ fn mutual_recursion_through_a_table_on_a_small_stack_thread_is_a_trap() {
 #[test]
 fn recursion_in_a_start_function_on_a_small_stack_thread_is_refused_at_load() {
     examples();
-    let dir = scratch("start-recursion");
+    let dir = fresh_dir("start-recursion");
     let extra = format!("{RECURSE} (func $start (drop (call $r (i32.const 0)))) (start $start)");
-    let path = write(&dir, "sbx_start.wasm", &wat_plugin(&manifest("sbx_start"), "(unreachable)", &extra));
+    let path = write(&dir, "sbx_start.wasm", &wat_module(&manifest("sbx_start"), "(unreachable)", &extra));
     let p = path.clone();
     let e = on_thread_with_stack(256 << 10, move || host().load_file(&p, Limits::default()).unwrap_err().to_string());
     assert!(e.contains("sbx_start.wasm") && e.contains("stack overflow"), "{e}");
@@ -205,7 +158,7 @@ fn recursion_in_a_start_function_on_a_small_stack_thread_is_refused_at_load() {
 
 #[test]
 fn two_memories_are_refused_at_load() {
-    let dir = scratch("two-memories");
+    let dir = fresh_dir("two-memories");
     let wat = wat_text(&manifest("sbx_mem2"), "(unreachable)", "", r#"(memory (export "memory") 3) (memory 1)"#);
     let path = write(&dir, "sbx_mem2.wasm", &wat::parse_str(&wat).unwrap());
     expect_rejected(&path, Limits::default(), &["declares 2 linear memories", "exactly one"], Duration::from_secs(5));
@@ -214,7 +167,7 @@ fn two_memories_are_refused_at_load() {
 #[test]
 fn sixteen_memories_of_64_mib_are_refused_at_load() {
     // Each alone is within the 64 MiB cap (1024 pages); together 1 GiB.
-    let dir = scratch("sixteen-memories");
+    let dir = fresh_dir("sixteen-memories");
     let memories = format!(r#"(memory (export "memory") 1024){}"#, " (memory 1024)".repeat(15));
     let wat = wat_text(&manifest("sbx_mem16"), "(unreachable)", "", &memories);
     let path = write(&dir, "sbx_mem16.wasm", &wat::parse_str(&wat).unwrap());
@@ -230,7 +183,7 @@ fn memory_grow_stops_exactly_at_the_cap() {
     let limits = Limits { memory: 4 << 20, ..Limits::default() };
     let lower = "(if (i32.ne (memory.grow (i32.const 61)) (i32.const 3)) (then unreachable)) \
                  (drop (memory.grow (i32.const 1))) (unreachable)";
-    load("sbx_grow", &wat_plugin(&manifest("sbx_grow"), lower, ""), limits);
+    load("sbx_grow", &wat_module(&manifest("sbx_grow"), lower, ""), limits);
     let rt = rt();
     for mode in MODES {
         set_thread_mode(Some(mode)).unwrap();
@@ -245,7 +198,7 @@ fn memory_grow_stops_exactly_at_the_cap() {
 #[test]
 fn a_huge_initial_memory_is_refused_at_load() {
     // 2000 pages = 131072000 bytes, over the 64 MiB default.
-    let dir = scratch("huge-initial");
+    let dir = fresh_dir("huge-initial");
     let wat = wat_text(&manifest("sbx_huge"), "(unreachable)", "", r#"(memory (export "memory") 2000)"#);
     let path = write(&dir, "sbx_huge.wasm", &wat::parse_str(&wat).unwrap());
     expect_rejected(
@@ -258,9 +211,9 @@ fn a_huge_initial_memory_is_refused_at_load() {
 
 #[test]
 fn more_tables_than_an_instance_may_have_are_refused_at_load() {
-    let dir = scratch("tables");
+    let dir = fresh_dir("tables");
     let extra = "(table 1 funcref) (table 1 funcref) (table 1 funcref) (table 1 funcref) (table 1 funcref)";
-    let path = write(&dir, "sbx_tables.wasm", &wat_plugin(&manifest("sbx_tables"), "(unreachable)", extra));
+    let path = write(&dir, "sbx_tables.wasm", &wat_module(&manifest("sbx_tables"), "(unreachable)", extra));
     expect_rejected(&path, Limits::default(), &["table count too high"], Duration::from_secs(5));
 }
 
@@ -268,23 +221,23 @@ fn more_tables_than_an_instance_may_have_are_refused_at_load() {
 
 #[test]
 fn a_module_over_the_size_cap_is_refused_and_the_same_module_under_it_loads() {
-    let dir = scratch("size");
+    let dir = fresh_dir("size");
     let limits = Limits { module_bytes: 1 << 20, ..Limits::default() };
     // The plugin, padded by a 1 MiB custom section.
     let pad = format!(r#"(@custom "padding" "{}")"#, "a".repeat(1 << 20));
-    let big = write(&dir, "sbx_big.wasm", &wat_plugin(&manifest("sbx_big"), "(unreachable)", &pad));
+    let big = write(&dir, "sbx_big.wasm", &wat_module(&manifest("sbx_big"), "(unreachable)", &pad));
     let size = std::fs::metadata(&big).unwrap().len().to_string();
     expect_rejected(&big, limits, &[&size, "over the 1 MiB module size limit", "TORCHTPU_PLUGIN_MAX_MODULE_MB"], Duration::from_secs(5));
     assert!(host().get("sbx_big").is_none());
-    let small = write(&dir, "sbx_small.wasm", &wat_plugin(&manifest("sbx_small"), "(unreachable)", ""));
+    let small = write(&dir, "sbx_small.wasm", &wat_module(&manifest("sbx_small"), "(unreachable)", ""));
     host().load_file(&small, limits).unwrap();
 }
 
 #[test]
 fn a_hundred_thousand_functions_are_refused_before_compiling() {
-    let dir = scratch("functions");
+    let dir = fresh_dir("functions");
     let extra = "(func)".repeat(100_000);
-    let path = write(&dir, "sbx_funcs.wasm", &wat_plugin(&manifest("sbx_funcs"), "(unreachable)", &extra));
+    let path = write(&dir, "sbx_funcs.wasm", &wat_module(&manifest("sbx_funcs"), "(unreachable)", &extra));
     // 100,000 plus alloc, dealloc and lower; refused from the section
     // headers, in far less time than compiling them would take.
     expect_rejected(
@@ -295,7 +248,7 @@ fn a_hundred_thousand_functions_are_refused_before_compiling() {
     );
     // The boundary, on a small module: 5 + 3 = 8 functions load under a
     // limit of 8 and are refused under 7.
-    let path = write(&dir, "sbx_eight.wasm", &wat_plugin(&manifest("sbx_eight"), "(unreachable)", &"(func)".repeat(5)));
+    let path = write(&dir, "sbx_eight.wasm", &wat_module(&manifest("sbx_eight"), "(unreachable)", &"(func)".repeat(5)));
     let seven = Limits { functions: 7, ..Limits::default() };
     expect_rejected(&path, seven, &["defines 8 functions, over the limit of 7"], Duration::from_secs(1));
     host().load_file(&path, Limits { functions: 8, ..Limits::default() }).unwrap();
@@ -303,13 +256,13 @@ fn a_hundred_thousand_functions_are_refused_before_compiling() {
 
 #[test]
 fn a_compile_past_its_deadline_is_reported_and_abandoned() {
-    let dir = scratch("compile-time");
+    let dir = fresh_dir("compile-time");
     // 3000 functions with some arithmetic each: compiling takes far more
     // than 1 ms. The version makes the module unique to this process, so no
     // cached compile of it exists.
     let body = "(func (param i32) (result i32) (i32.mul (i32.add (local.get 0) (i32.const 7)) (i32.const 3)))";
     let m = manifest("sbx_slow").replace("0.0.1", &format!("0.0.{}", std::process::id()));
-    let path = write(&dir, "sbx_slow.wasm", &wat_plugin(&m, "(unreachable)", &body.repeat(3000)));
+    let path = write(&dir, "sbx_slow.wasm", &wat_module(&m, "(unreachable)", &body.repeat(3000)));
     let limits = Limits { compile_timeout: Duration::from_millis(1), ..Limits::default() };
     expect_rejected(
         &path,
@@ -345,7 +298,7 @@ fn mkfifo(path: &Path) {
 
 #[test]
 fn a_fifo_named_x_wasm_is_reported_without_hanging() {
-    let path = scratch("fifo").join("x.wasm");
+    let path = fresh_dir("fifo").join("x.wasm");
     mkfifo(&path);
     let e = load_bounded(&path).unwrap_err();
     assert!(e.contains("x.wasm") && e.contains("is a FIFO, not a regular file"), "{e}");
@@ -354,7 +307,7 @@ fn a_fifo_named_x_wasm_is_reported_without_hanging() {
 
 #[test]
 fn a_symlink_to_dev_zero_is_reported_without_reading_it() {
-    let path = scratch("zero").join("x.wasm");
+    let path = fresh_dir("zero").join("x.wasm");
     std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
     let e = load_bounded(&path).unwrap_err();
     assert!(e.contains("x.wasm") && e.contains("is a character device, not a regular file"), "{e}");
@@ -363,7 +316,7 @@ fn a_symlink_to_dev_zero_is_reported_without_reading_it() {
 
 #[test]
 fn a_directory_named_x_wasm_is_reported() {
-    let path = scratch("dir").join("x.wasm");
+    let path = fresh_dir("dir").join("x.wasm");
     std::fs::create_dir(&path).unwrap();
     let e = load_bounded(&path).unwrap_err();
     assert!(e.contains("x.wasm") && e.contains("is a directory, not a regular file"), "{e}");
@@ -372,7 +325,7 @@ fn a_directory_named_x_wasm_is_reported() {
 
 #[test]
 fn a_dangling_symlink_is_reported() {
-    let dir = scratch("dangling");
+    let dir = fresh_dir("dangling");
     let path = dir.join("x.wasm");
     std::os::unix::fs::symlink(dir.join("gone.wasm"), &path).unwrap();
     let e = load_bounded(&path).unwrap_err();
@@ -382,7 +335,7 @@ fn a_dangling_symlink_is_reported() {
 
 #[test]
 fn a_socket_named_x_wasm_is_reported() {
-    let path = scratch("socket").join("x.wasm");
+    let path = fresh_dir("socket").join("x.wasm");
     let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     let e = load_bounded(&path).unwrap_err();
     assert!(e.contains("x.wasm") && e.contains("is a socket, not a regular file"), "{e}");
@@ -391,8 +344,8 @@ fn a_socket_named_x_wasm_is_reported() {
 
 #[test]
 fn a_symlink_to_a_regular_plugin_is_followed() {
-    let dir = scratch("link-ok");
-    let real = write(&dir, "real.bin", &wat_plugin(&manifest("sbx_linked"), "(unreachable)", ""));
+    let dir = fresh_dir("link-ok");
+    let real = write(&dir, "real.bin", &wat_module(&manifest("sbx_linked"), "(unreachable)", ""));
     let link = dir.join("sbx_linked.wasm");
     std::os::unix::fs::symlink(&real, &link).unwrap();
     load_bounded(&link).unwrap();
@@ -402,8 +355,8 @@ fn a_symlink_to_a_regular_plugin_is_followed() {
 #[test]
 fn a_directory_load_reports_every_wasm_entry_it_skips() {
     examples();
-    let dir = scratch("mixed-kinds");
-    write(&dir, "a_good.wasm", &wat_plugin(&manifest("sbx_dir_ok"), "(unreachable)", ""));
+    let dir = fresh_dir("mixed-kinds");
+    write(&dir, "a_good.wasm", &wat_module(&manifest("sbx_dir_ok"), "(unreachable)", ""));
     mkfifo(&dir.join("b_fifo.wasm"));
     std::fs::create_dir(dir.join("c_dir.wasm")).unwrap();
     std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("d_dangling.wasm")).unwrap();
@@ -446,8 +399,8 @@ fn a_directory_load_reports_every_wasm_entry_it_skips() {
 #[test]
 fn a_plugin_named_after_a_pytorch_namespace_is_refused() {
     for ns in ["profiler", "_c10d_functional_autograd", "inductor", "_test"] {
-        let dir = scratch(&format!("ns-{ns}"));
-        let path = write(&dir, "p.wasm", &wat_plugin(&manifest(ns), "(unreachable)", ""));
+        let dir = fresh_dir(&format!("ns-{ns}"));
+        let path = write(&dir, "p.wasm", &wat_module(&manifest(ns), "(unreachable)", ""));
         expect_rejected(&path, Limits::default(), &[&format!("plugin name '{ns}' is reserved")], Duration::from_secs(5));
     }
 }
@@ -462,8 +415,8 @@ fn a_plugin_named_after_a_namespace_of_the_op_registry_is_refused() {
     // Something else (here: this test) already has ops in `sbx_taken`.
     let schema = Schema::parse("sbx_taken::op(Tensor a) -> Tensor").unwrap();
     registry().add(vec![OpDef::new(schema, Arc::new(never))]).unwrap();
-    let dir = scratch("ns-registry");
-    let path = write(&dir, "sbx_taken.wasm", &wat_plugin(&manifest("sbx_taken"), "(unreachable)", ""));
+    let dir = fresh_dir("ns-registry");
+    let path = write(&dir, "sbx_taken.wasm", &wat_module(&manifest("sbx_taken"), "(unreachable)", ""));
     expect_rejected(
         &path,
         Limits::default(),
@@ -501,7 +454,7 @@ fn a_plugin_cannot_forge_log_lines() {
   (data (i32.const 2048) "{esc}")"#
     );
     let lower = format!("(call $log (i32.const 1) (i32.const 2048) (i32.const {})) (unreachable)", msg.len());
-    load("sbx_log", &wat_plugin(&manifest("sbx_log"), &lower, &extra), Limits::default());
+    load("sbx_log", &wat_module(&manifest("sbx_log"), &lower, &extra), Limits::default());
     let buf = Captured::default();
     let sink = buf.clone();
     let subscriber = tracing_subscriber::fmt()

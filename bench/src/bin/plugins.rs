@@ -141,10 +141,10 @@ fn main() {
 
     // 5. Module load: compile vs the cached artifact.
     let cache = std::env::temp_dir().join(format!("torchtpu-bench-plugins-{}", std::process::id()));
-    let cold = time(3, || drop(sandbox::compile(&wasm, None).unwrap()));
-    sandbox::compile(&wasm, Some(&cache)).unwrap();
+    let cold = time(3, || drop(sandbox::compile_now(&wasm, None).unwrap()));
+    sandbox::compile_now(&wasm, Some(&cache)).unwrap();
     let warm = time(20, || {
-        let (_, source) = sandbox::compile(&wasm, Some(&cache)).unwrap();
+        let (_, source) = sandbox::compile_now(&wasm, Some(&cache)).unwrap();
         assert_eq!(source, sandbox::ModuleSource::Cache);
     });
     let _ = std::fs::remove_dir_all(&cache);

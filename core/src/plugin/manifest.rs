@@ -172,6 +172,10 @@ pub fn check(manifest: Manifest) -> Result<Checked, String> {
         schemas.push(schema);
     }
     for (op, schema) in manifest.ops.iter().zip(&schemas) {
+        let max = crate::plugin::fragment::MAX_LOOP_ITERATIONS;
+        if let Some(n) = op.max_loop_iterations.filter(|&n| n == 0 || i64::from(n) > max) {
+            return Err(format!("op {}: max_loop_iterations is {n}; it must be 1 to {max}", schema.name));
+        }
         let Some(bw) = &op.backward else { continue };
         let b = schemas.iter().find(|s| &s.name == bw).ok_or_else(|| {
             format!("op {}: its backward {bw} is not an op of this plugin", schema.name)
@@ -249,6 +253,13 @@ mod tests {
                 "must take 2 arguments",
             ),
             (manifest(&[], &["cut"]), "outside the namespace"),
+            (
+                Manifest {
+                    ops: vec![OpDecl { max_loop_iterations: Some(0), ..manifest(&[("demo::f(Tensor a) -> Tensor", None)], &[]).ops[0].clone() }],
+                    ..manifest(&[], &[])
+                },
+                "max_loop_iterations is 0",
+            ),
             (manifest(&[("demo::f(Tensor a -> Tensor", None)], &[]), "op schema"),
         ];
         for (m, want) in cases {

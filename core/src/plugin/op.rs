@@ -88,14 +88,15 @@ fn attr(op: &str, name: &str, input: &Input) -> Result<serde_json::Value> {
     })
 }
 
-/// The fragment limits of an op whose manifest declares `loops` (or not):
+/// The fragment limits of an op whose manifest declares `loops` (checked
+/// at load to lie in 1 to `MAX_LOOP_ITERATIONS`) or not:
 /// the loop bound, and the per-value memory budget from
 /// `TORCHTPU_PLUGIN_OP_MEMORY_MB`.
 fn fragment_limits(loops: Option<u32>) -> fragment::Limits {
     let d = fragment::Limits::default();
     let mb = std::env::var("TORCHTPU_PLUGIN_OP_MEMORY_MB").ok().and_then(|v| v.trim().parse::<u64>().ok());
     fragment::Limits {
-        loop_iterations: loops.map_or(d.loop_iterations, |n| i64::from(n).clamp(1, fragment::MAX_LOOP_ITERATIONS)),
+        loop_iterations: loops.map_or(d.loop_iterations, i64::from),
         value_bytes: mb.map_or(d.value_bytes, |m| m.saturating_mul(1 << 20)),
     }
 }

@@ -94,12 +94,20 @@ pub fn check_rms_norm(rt: &Arc<Runtime>, rows: usize, d: usize) {
     close(&host_f32(rt, &y), &rms_norm_ref(&xs, &ws, 1e-5), 1e-5);
 }
 
-/// After a failure: ordinary ops and a well-behaved plugin still work.
+/// After a failure: an ordinary op and the example plugins still give the
+/// numbers computed by hand.
 pub fn still_works(rt: &Arc<Runtime>) {
+    examples();
     let a = f32s(rt, &[1.0, 2.0, 3.0], &[3]);
     let s = rt.call1("aten::add.Tensor", &[a.clone().into(), a.into(), Value::Scalar(Scalar::Float(0.5))]).unwrap();
     assert_eq!(host_f32(rt, &s), vec![1.5, 3.0, 4.5]);
     check_rms_norm(rt, 3, 5);
+    // swiglu(a, b) = a * sigmoid(a) * b: at a = 0 it is 0, at a = 2, b = 3
+    // it is 6 / (1 + e^-2).
+    let a = f32s(rt, &[0.0, 2.0], &[2]);
+    let b = f32s(rt, &[5.0, 3.0], &[2]);
+    let y = rt.call1("swiglu::swiglu", &[a.into(), b.into()]).unwrap();
+    close(&host_f32(rt, &y), &[0.0, (6.0 / (1.0 + (-2.0f64).exp())) as f32], 1e-6);
 }
 
 /// A plugin in WAT: the manifest, a 3-page memory, an allocator that always
