@@ -34,25 +34,9 @@ use torchtpu::runtime::{
 use torchtpu::tensor::{ttpu_tensor_destroy, ttpu_tensor_from_host, ttpu_tensor_t};
 use torchtpu_core::ops::{registry, ArgType};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-}
+#[path = "../../core/tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 const HUGE: [i64; 7] = [1 << 40, 1 << 50, 1 << 62, i64::MAX, i64::MIN, -(1 << 40), i64::MIN + 1];
 

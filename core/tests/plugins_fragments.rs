@@ -6,11 +6,14 @@
 
 mod common;
 mod plugin_kit;
+#[path = "common/rng.rs"]
+mod rng;
 
 use std::time::{Duration, Instant};
 
 use common::{f32s, host_f32, rt, MODES};
 use plugin_kit::*;
+use rng::Rng;
 use torchtpu_core::error::PluginFailure;
 use torchtpu_core::hlo::{Elem, Ty};
 use torchtpu_core::plugin::fragment;
@@ -236,21 +239,6 @@ fn nested_endless_loops_share_one_bound() {
 }
 
 // ------------------------------------------------------------------ fuzz
-
-/// xorshift64*: a fixed seed, so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Pieces a mutation splices in: MLIR's delimiters, escapes, comments,
 /// symbols and denied names.
