@@ -10,8 +10,8 @@ use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::common::{f32s, host_f32, rt, MODES};
 use torchtpu_core::error::PluginFailure;
 use torchtpu_core::plugin::{host, Limits};
-use torchtpu_core::runtime::set_thread_mode;
-use torchtpu_core::{Error, Runtime, Scalar, Value};
+use torchtpu_core::runtime::{set_thread_mode, thread_mode};
+use torchtpu_core::{Error, ExecMode, Runtime, Scalar, Value};
 
 /// Where scripts/setup.sh puts the example plugins.
 pub fn examples_dir() -> PathBuf {
@@ -95,19 +95,25 @@ pub fn check_rms_norm(rt: &Arc<Runtime>, rows: usize, d: usize) {
 }
 
 /// After a failure: an ordinary op and the example plugins still give the
-/// numbers computed by hand.
+/// numbers computed by hand, in strict and in fused mode (the caller's
+/// thread mode is restored).
 pub fn still_works(rt: &Arc<Runtime>) {
     examples();
-    let a = f32s(rt, &[1.0, 2.0, 3.0], &[3]);
-    let s = rt.call1("aten::add.Tensor", &[a.clone().into(), a.into(), Value::Scalar(Scalar::Float(0.5))]).unwrap();
-    assert_eq!(host_f32(rt, &s), vec![1.5, 3.0, 4.5]);
-    check_rms_norm(rt, 3, 5);
-    // swiglu(a, b) = a * sigmoid(a) * b: at a = 0 it is 0, at a = 2, b = 3
-    // it is 6 / (1 + e^-2).
-    let a = f32s(rt, &[0.0, 2.0], &[2]);
-    let b = f32s(rt, &[5.0, 3.0], &[2]);
-    let y = rt.call1("swiglu::swiglu", &[a.into(), b.into()]).unwrap();
-    close(&host_f32(rt, &y), &[0.0, (6.0 / (1.0 + (-2.0f64).exp())) as f32], 1e-6);
+    let caller = thread_mode();
+    for mode in [ExecMode::DeferNever, ExecMode::DeferAndFuse] {
+        set_thread_mode(Some(mode)).unwrap();
+        let a = f32s(rt, &[1.0, 2.0, 3.0], &[3]);
+        let s = rt.call1("aten::add.Tensor", &[a.clone().into(), a.into(), Value::Scalar(Scalar::Float(0.5))]).unwrap();
+        assert_eq!(host_f32(rt, &s), vec![1.5, 3.0, 4.5], "{mode:?}");
+        check_rms_norm(rt, 3, 5);
+        // swiglu(a, b) = a * sigmoid(a) * b: at a = 0 it is 0, at a = 2,
+        // b = 3 it is 6 / (1 + e^-2).
+        let a = f32s(rt, &[0.0, 2.0], &[2]);
+        let b = f32s(rt, &[5.0, 3.0], &[2]);
+        let y = rt.call1("swiglu::swiglu", &[a.into(), b.into()]).unwrap();
+        close(&host_f32(rt, &y), &[0.0, (6.0 / (1.0 + (-2.0f64).exp())) as f32], 1e-6);
+    }
+    set_thread_mode(caller).unwrap();
 }
 
 /// A plugin in WAT: the manifest, a 3-page memory, an allocator that always
