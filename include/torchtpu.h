@@ -20,7 +20,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 3
+#define TTPU_API_MINOR 4
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -166,6 +166,31 @@ enum ttpu_reduce_op
 typedef int32_t ttpu_reduce_op;
 #endif // __cplusplus
 
+// What a span measures (`ttpu_trace_span_t.category`).
+enum ttpu_trace_category
+#ifdef __cplusplus
+  : int32_t
+#endif // __cplusplus
+ {
+  // A strict-mode op call on the host (binding, cache lookup, launch).
+  TTPU_TRACE_CATEGORY_OP = 0,
+  // A fused-mode op call, recorded into the pending graph.
+  TTPU_TRACE_CATEGORY_RECORD = 1,
+  // A pending graph turned into one program and launched.
+  TTPU_TRACE_CATEGORY_FLUSH = 2,
+  // A program compiled (or loaded from the disk cache) by the PJRT plugin.
+  TTPU_TRACE_CATEGORY_COMPILE = 3,
+  // A program on a device, from its launch to its completion.
+  TTPU_TRACE_CATEGORY_EXECUTE = 4,
+  // A copy between host and device, or between devices.
+  TTPU_TRACE_CATEGORY_TRANSFER = 5,
+  // A collective across devices.
+  TTPU_TRACE_CATEGORY_COLLECTIVE = 6,
+};
+#ifndef __cplusplus
+typedef int32_t ttpu_trace_category;
+#endif // __cplusplus
+
 // The kind of a `ttpu_value_t`, and which field carries it.
 enum ttpu_value_kind
 #ifdef __cplusplus
@@ -231,6 +256,9 @@ typedef struct ttpu_stream_t ttpu_stream_t;
 
 // A tensor handle. Owned by the caller; free with `ttpu_tensor_destroy`.
 typedef struct ttpu_tensor_t ttpu_tensor_t;
+
+// A snapshot of recorded spans (`ttpu_trace_read`).
+typedef struct ttpu_trace_t ttpu_trace_t;
 
 // A collective and its attributes. Set `struct_size` to
 // `sizeof(ttpu_collective_t)`; fields a kind does not use are ignored.
@@ -456,6 +484,29 @@ typedef struct ttpu_stats_t {
   // Executables in the op cache.
   uint64_t cached_programs;
 } ttpu_stats_t;
+
+// One span, as `ttpu_trace_get` writes it. Set `struct_size` to
+// `sizeof(ttpu_trace_span_t)`. The strings are borrowed from the
+// `ttpu_trace_t` and valid until it is destroyed; they are not
+// NUL-terminated (use the lengths).
+typedef struct ttpu_trace_span_t {
+  size_t struct_size;
+  // A `ttpu_trace_category`.
+  int32_t category;
+  // What ran: an op ("aten::add.Tensor"), a program, a transfer direction.
+  const char *name;
+  size_t name_len;
+  // Start in nanoseconds since the Unix epoch, and duration.
+  uint64_t start_ns;
+  uint64_t duration_ns;
+  // The host thread that recorded it (a small number, stable per thread).
+  uint64_t thread;
+  // The device it ran on, or -1.
+  int64_t device;
+  // More about it ("3 ops, host read", "1.5 KiB"); may be empty.
+  const char *detail;
+  size_t detail_len;
+} ttpu_trace_span_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -1032,6 +1083,53 @@ int64_t ttpu_tensor_storage_numel(const struct ttpu_tensor_t *tensor);
 
 // Whether two tensors are views of the same storage.
 bool ttpu_tensor_same_storage(const struct ttpu_tensor_t *a, const struct ttpu_tensor_t *b);
+
+// Turns span recording on for the whole process and returns a cursor (the
+// position of the next span) to read from later. Calls nest: recording
+// stays on until as many `ttpu_trace_stop` calls. While off, a span costs
+// one atomic load.
+uint64_t ttpu_trace_start(void);
+
+// Undoes one `ttpu_trace_start` (extra calls do nothing). Spans already
+// recorded stay readable.
+void ttpu_trace_stop(void);
+
+// Whether spans are being recorded (by any `ttpu_trace_start`, or by
+// `TORCHTPU_TRACE`).
+bool ttpu_trace_enabled(void);
+
+// The cursor after the last recorded span.
+uint64_t ttpu_trace_cursor(void);
+
+// Spans dropped since the process started because the recorder was full
+// (it keeps the newest 1,048,576).
+uint64_t ttpu_trace_dropped(void);
+
+// Writes the spans recorded from `since` (a cursor; 0 for all kept) to
+// `path` as a Chrome trace (JSON, for chrome://tracing or Perfetto), and
+// their number to `*out_count` (may be NULL). The file appears whole or not
+// at all.
+struct ttpu_error_t *ttpu_trace_write(const char *path, uint64_t since, size_t *out_count);
+
+// Takes a snapshot of the spans recorded from `since` (a cursor) into
+// `*out_trace`, which the caller frees with `ttpu_trace_destroy`.
+struct ttpu_error_t *ttpu_trace_read(uint64_t since, struct ttpu_trace_t **out_trace);
+
+// The number of spans in a snapshot; 0 for an invalid handle.
+size_t ttpu_trace_count(const struct ttpu_trace_t *t);
+
+// The cursor after a snapshot's last span: where the next read starts.
+// 0 for an invalid handle.
+uint64_t ttpu_trace_next(const struct ttpu_trace_t *t);
+
+// Writes span `index` (< `ttpu_trace_count`) of a snapshot to `*out_span`.
+struct ttpu_error_t *ttpu_trace_get(const struct ttpu_trace_t *t,
+                                    size_t index,
+                                    struct ttpu_trace_span_t *out_span);
+
+// Frees a snapshot (its strings with it). NULL and a destroyed handle are
+// no-ops.
+void ttpu_trace_destroy(struct ttpu_trace_t *t);
 
 // The library version ("0.1.0"), NUL-terminated. Static storage.
 const char *ttpu_version(void);

@@ -10,14 +10,22 @@ import os
 import shutil
 from pathlib import Path
 
+# Building must not load the extension being built (torch autoloads installed
+# backends on import; a stale or broken _C would stop the build that fixes it).
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+import torch  # noqa: E402
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 LIB_DIR = Path(os.environ.get("TORCHTPU_LIB_DIR", REPO / "target" / "release"))
 LIB = LIB_DIR / "libtorchtpu.so"
 HEADER = REPO / "include" / "torchtpu.h"
+# csrc/profiler.cpp implements Kineto's activity-profiler interface, whose
+# headers torch ships but does not put on the include path.
+KINETO_INCLUDE = Path(torch.__file__).resolve().parent / "include" / "kineto"
 
 
 class Build(BuildExtension):
@@ -42,10 +50,13 @@ class Build(BuildExtension):
 ext = CppExtension(
     "torchtpu._C",
     sources=[f"csrc/{n}" for n in ("autocast.cpp", "backend.cpp", "collectives.cpp", "generator.cpp", "kernels.cpp",
-                                   "module.cpp")],
+                                   "module.cpp", "profiler.cpp")],
     # A change to these rebuilds the extension.
     depends=["csrc/tpu.h", str(HEADER), str(REPO / "bindings" / "cpp" / "include" / "torchtpu" / "torchtpu.hpp")],
-    include_dirs=[str(REPO / "include"), str(REPO / "bindings" / "cpp" / "include")],
+    include_dirs=[str(REPO / "include"), str(REPO / "bindings" / "cpp" / "include"), str(KINETO_INCLUDE)],
+    # PyPI's torch is built with Kineto; its profiler headers need this to
+    # declare the PrivateUse1 profiler registry.
+    define_macros=[("USE_KINETO", "1")],
     library_dirs=[str(LIB_DIR)],
     libraries=["torchtpu"],
     extra_compile_args=["-O2", "-std=c++20", "-Wno-unused-parameter"],

@@ -10,7 +10,8 @@
 //! [`stream`] (streams and events), [`collective`] (collectives across
 //! devices), [`kv`] (the key-value store through which a client that spans
 //! processes rendezvouses), [`plugin`] (WebAssembly plugins), [`generator`]
-//! (random generators for random ops' `generator` argument).
+//! (random generators for random ops' `generator` argument), [`trace`] (the
+//! runtime's timed spans: Chrome traces and profilers).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 
@@ -26,4 +27,5 @@ pub mod plugin;
 pub mod runtime;
 pub mod stream;
 pub mod tensor;
+pub mod trace;
 pub mod version;

@@ -6,7 +6,8 @@
 //! aten op registry: inference and lowering to StableHLO), the data model
 //! ([`dtype`], [`shape`], [`storage`], [`tensor`]), [`hlo`] (the StableHLO
 //! text builder), [`pjrt`] (the device runtime), and [`plugin`] (the
-//! WebAssembly plugin host: custom ops and fusion policies).
+//! WebAssembly plugin host: custom ops and fusion policies), and [`trace`]
+//! (timed spans of all of it, for Chrome traces and profilers).
 //! Nothing here knows about the C ABI or any frontend.
 
 pub mod cache;
@@ -22,6 +23,7 @@ pub mod runtime;
 pub mod shape;
 pub mod storage;
 pub mod tensor;
+pub mod trace;
 pub mod view;
 
 pub use dtype::DType;

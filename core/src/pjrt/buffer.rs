@@ -119,6 +119,8 @@ impl Buffer {
     /// Copies the whole buffer into `dst` (dense, row-major) and waits.
     pub fn to_host(&self, dst: &mut [u8]) -> Result<()> {
         let _span = tracing::trace_span!("d2h", bytes = dst.len(), device = self.device).entered();
+        let mut _trace = crate::trace::span(crate::trace::Category::Transfer, "device_to_host", Some(self.device));
+        _trace.detail(|| crate::trace::bytes(dst.len()));
         if dst.len() != self.bytes {
             return Err(crate::Error::InvalidArgument(format!(
                 "device-to-host copy: destination has {} bytes, buffer has {}",
@@ -150,6 +152,8 @@ impl Buffer {
     /// Copies the buffer to another device of the same client.
     pub fn copy_to_device(&self, device: usize) -> Result<Buffer> {
         let _span = tracing::debug_span!("d2d", bytes = self.bytes, from = self.device, to = device).entered();
+        let mut _trace = crate::trace::span(crate::trace::Category::Transfer, "device_to_device", Some(device));
+        _trace.detail(|| format!("{} from tpu:{}", crate::trace::bytes(self.bytes), self.device));
         let _live = self.client.enter()?;
         let api = self.client.api();
         let mut a = args!(PJRT_Buffer_CopyToDevice_Args);

@@ -303,6 +303,8 @@ impl Client {
         dims: &[i64],
         device: usize,
     ) -> Result<Buffer> {
+        let mut _trace = crate::trace::span(crate::trace::Category::Transfer, "host_to_device", Some(device));
+        _trace.detail(|| crate::trace::bytes(data.len()));
         let numel: i64 = dims.iter().product();
         let expected = numel as usize * ty.byte_size();
         if data.len() != expected {
@@ -341,6 +343,8 @@ impl Client {
     /// errors and traces (an op name, "fused graph", ...).
     pub fn compile(self: &Arc<Self>, what: &str, mlir: &str, options: &CompileOptions) -> Result<Executable> {
         let _span = tracing::info_span!("compile", what, bytes = mlir.len()).entered();
+        let mut _trace = crate::trace::span(crate::trace::Category::Compile, what, None);
+        _trace.detail(|| format!("{} of StableHLO", crate::trace::bytes(mlir.len())));
         let _live = self.enter()?;
         let start = Instant::now();
         let opts = options.encode();
@@ -361,7 +365,7 @@ impl Client {
             }
             other => other,
         })?;
-        let exe = Executable::from_raw(self.clone(), a.executable)?;
+        let exe = Executable::from_raw(self.clone(), a.executable, what)?;
         tracing::debug!(what, ms = start.elapsed().as_secs_f64() * 1e3, "compiled");
         Ok(exe)
     }
@@ -369,13 +373,16 @@ impl Client {
     /// Loads an executable produced by [`Executable::serialize`].
     pub fn deserialize(self: &Arc<Self>, bytes: &[u8]) -> Result<Executable> {
         let _span = tracing::debug_span!("deserialize", bytes = bytes.len()).entered();
+        // A disk-cache hit: on the compile row, since it stands in for one.
+        let mut _trace = crate::trace::span(crate::trace::Category::Compile, "load a cached program", None);
+        _trace.detail(|| crate::trace::bytes(bytes.len()));
         let _live = self.enter()?;
         let mut a = args!(PJRT_Executable_DeserializeAndLoad_Args);
         a.client = self.raw;
         a.serialized_executable = bytes.as_ptr() as *const _;
         a.serialized_executable_size = bytes.len();
         self.api.call("PJRT_Executable_DeserializeAndLoad", self.api.table().PJRT_Executable_DeserializeAndLoad, &mut a)?;
-        Executable::from_raw(self.clone(), a.loaded_executable)
+        Executable::from_raw(self.clone(), a.loaded_executable, "cached program")
     }
 }
 

@@ -33,6 +33,38 @@ impl Event {
         self.api.call("PJRT_Event_Await", self.api.table().PJRT_Event_Await, &mut a)
     }
 
+    /// Runs `f` on a PJRT thread once the event fires (at once if it has),
+    /// whatever its outcome; the event stays usable. Best effort: a plugin
+    /// without `PJRT_Event_OnReady`, or one that refuses, never runs `f`.
+    pub fn on_ready(&self, f: impl FnOnce() + Send + 'static) {
+        if self.raw.is_null() {
+            f();
+            return;
+        }
+        struct Ctx {
+            api: Arc<Api>,
+            f: Box<dyn FnOnce() + Send>,
+        }
+        unsafe extern "C" fn ready(err: *mut sys::PJRT_Error, user: *mut std::ffi::c_void) {
+            // SAFETY: `user` is the `Ctx` leaked below, handed over once.
+            let ctx = unsafe { Box::from_raw(user as *mut Ctx) };
+            // The callback owns the error; the work's error is reported by
+            // whoever waits on the event, so this one is only freed.
+            let _ = ctx.api.check("PJRT_Event_OnReady callback", err);
+            // A panic must not unwind into the plugin's thread.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(ctx.f));
+        }
+        let ctx = Box::into_raw(Box::new(Ctx { api: self.api.clone(), f: Box::new(f) }));
+        let mut a = args!(PJRT_Event_OnReady_Args);
+        a.event = self.raw;
+        a.callback = Some(ready);
+        a.user_arg = ctx as *mut std::ffi::c_void;
+        if self.api.call("PJRT_Event_OnReady", self.api.table().PJRT_Event_OnReady, &mut a).is_err() {
+            // Never registered: the context is still ours.
+            drop(unsafe { Box::from_raw(ctx) });
+        }
+    }
+
     pub fn is_ready(&self) -> Result<bool> {
         if self.raw.is_null() {
             return Ok(true);

@@ -18,6 +18,8 @@ pub struct Executable {
     /// Byte size of each output, for memory accounting of the buffers it makes.
     output_bytes: Vec<usize>,
     output_types: Vec<ElementType>,
+    /// What it was compiled for (an op, "fused graph"): names its runs in traces.
+    name: Arc<str>,
 }
 
 // SAFETY: PJRT loaded executables are thread-safe.
@@ -42,8 +44,8 @@ impl Drop for Unloaded<'_> {
 }
 
 impl Executable {
-    pub(crate) fn from_raw(client: Arc<Client>, raw: *mut sys::PJRT_LoadedExecutable) -> Result<Executable> {
-        let mut exe = Executable { client, raw, output_bytes: Vec::new(), output_types: Vec::new() };
+    pub(crate) fn from_raw(client: Arc<Client>, raw: *mut sys::PJRT_LoadedExecutable, name: &str) -> Result<Executable> {
+        let mut exe = Executable { client, raw, output_bytes: Vec::new(), output_types: Vec::new(), name: Arc::from(name) };
         let (output_types, output_bytes) = exe.output_layout()?;
         exe.output_types = output_types;
         exe.output_bytes = output_bytes;
@@ -160,7 +162,17 @@ impl Executable {
                     .collect()
             })
             .collect();
-        let events = events.into_iter().map(|e| Event::from_raw(api.clone(), e)).collect();
+        let events: Vec<Event> = events.into_iter().map(|e| Event::from_raw(api.clone(), e)).collect();
+        if crate::trace::enabled() {
+            // Device time: from the launch to the completion of each replica.
+            let launched = std::time::Instant::now();
+            for (e, &d) in events.iter().zip(replica_devices) {
+                let name = self.name.clone();
+                e.on_ready(move || {
+                    crate::trace::record(crate::trace::Category::Execute, name, launched, std::time::Instant::now(), Some(d), String::new())
+                });
+            }
+        }
         Ok((outs, events))
     }
 

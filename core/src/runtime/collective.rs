@@ -37,6 +37,8 @@ impl Runtime {
     pub fn collective_in_group(self: &Arc<Self>, c: &Collective, group: &[i64], inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let name = c.name();
         let _span = tracing::debug_span!("collective", op = name, ranks = group.len()).entered();
+        let mut _trace = crate::trace::span(crate::trace::Category::Collective, name, None);
+        _trace.detail(|| format!("{} ranks", group.len()));
         let devices = self.check_members(name, group, inputs)?;
         let (dtype, sizes) = (inputs[0].dtype(), inputs[0].sizes().to_vec());
         let out_sizes = c.output_sizes(group.len(), dtype, &sizes)?;

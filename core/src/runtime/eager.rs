@@ -21,6 +21,7 @@ use super::fused::build_returns;
 use crate::graph::FlushReason;
 use super::{current_mode, ExecMode, Runtime, Stats};
 use crate::error::{Error, Result};
+use crate::trace::{self, Category};
 use crate::hlo::Elem;
 use crate::ops::{registry, OpDef, ParamSrc};
 use crate::pjrt::{Buffer, CompileOptions, Executable};
@@ -50,6 +51,8 @@ impl Runtime {
         let id = reg.lookup(name)?;
         let def = reg.get(id);
         let _span = tracing::debug_span!("op", op = def.name()).entered();
+        let category = if current_mode() == ExecMode::DeferAndFuse { Category::Record } else { Category::Op };
+        let _trace = trace::span(category, def.name(), None);
         let bound = def.bind(args)?;
         if let Some(view) = &def.view {
             if let Some(out) = view(self, &bound)? {

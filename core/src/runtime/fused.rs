@@ -264,6 +264,8 @@ impl Runtime {
 
     fn run_recording(&self, rec: &Recording, reason: FlushReason) -> Result<()> {
         let device = rec.device;
+        let mut _trace = crate::trace::span(crate::trace::Category::Flush, "flush", Some(device));
+        _trace.detail(|| format!("{} ops, {}", rec.len(), reason.name()));
         // The live outputs: pending values some storage still holds.
         let mut wanted: Vec<(u32, u32, Arc<Storage>)> = Vec::new();
         for w in &rec.storages {

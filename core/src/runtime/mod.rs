@@ -107,6 +107,7 @@ impl Runtime {
         // Plugins from $TORCHTPU_PLUGIN_PATH (once per process): their ops
         // are in the registry before the first call.
         crate::plugin::host().load_env();
+        crate::trace::start_from_env();
         let found = discovery::find_plugin(options.plugin.as_deref())?;
         tracing::info!(path = %found.path.display(), source = found.source, "loading PJRT plugin");
         let api = Api::load(&found.path)?;
@@ -446,6 +447,9 @@ impl Runtime {
             return Err(late("calls into PJRT on other threads were still running", "the PJRT client"));
         }
         tracing::debug!("runtime shut down");
+        if let Err(e) = crate::trace::write_env_file() {
+            tracing::warn!("TORCHTPU_TRACE: {e}");
+        }
         synced
     }
 
