@@ -1,0 +1,188 @@
+//! Graph summaries, their on-disk JSON form, and recompile explanations.
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::DType;
+
+/// One node of a flushed graph, as explanations print it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSummary {
+    /// The op name (`aten::mm`).
+    pub op: String,
+    /// Dtype and shape of each input, in argument order.
+    pub inputs: Vec<(DType, Vec<i64>)>,
+    /// The op's attributes, printed (`dim=1, keepdim=false`).
+    pub attrs: String,
+}
+
+/// What a flushed graph looks like: its nodes in the canonical order of the
+/// flush, and the dtype and shape of each program output.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GraphSummary {
+    pub nodes: Vec<NodeSummary>,
+    pub outputs: Vec<(DType, Vec<i64>)>,
+}
+
+// The on-disk form. Dtypes are stored as their PyTorch codes so the format
+// does not depend on how `DType` is spelled in Rust.
+#[derive(Serialize, Deserialize)]
+struct NodeRecord {
+    op: String,
+    inputs: Vec<(i32, Vec<i64>)>,
+    attrs: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct GraphRecord {
+    nodes: Vec<NodeRecord>,
+    outputs: Vec<(i32, Vec<i64>)>,
+}
+
+impl GraphSummary {
+    pub(super) fn to_json(&self) -> Vec<u8> {
+        let values = |v: &[(DType, Vec<i64>)]| v.iter().map(|(d, s)| (d.code(), s.clone())).collect();
+        let record = GraphRecord {
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeRecord { op: n.op.clone(), inputs: values(&n.inputs), attrs: n.attrs.clone() })
+                .collect(),
+            outputs: values(&self.outputs),
+        };
+        serde_json::to_vec(&record).expect("a graph summary always serializes")
+    }
+
+    pub(super) fn from_json(bytes: &[u8]) -> Option<GraphSummary> {
+        let record: GraphRecord = serde_json::from_slice(bytes).ok()?;
+        let values = |v: Vec<(i32, Vec<i64>)>| -> Option<Vec<(DType, Vec<i64>)>> {
+            v.into_iter().map(|(c, s)| Some((DType::from_code(c)?, s))).collect()
+        };
+        let nodes = record
+            .nodes
+            .into_iter()
+            .map(|n| Some(NodeSummary { op: n.op, inputs: values(n.inputs)?, attrs: n.attrs }))
+            .collect::<Option<Vec<_>>>()?;
+        Some(GraphSummary { nodes, outputs: values(record.outputs)? })
+    }
+}
+
+/// Why `graph` did not hit: the nearest known graph and the first difference
+/// (an op, an input shape, a dtype, an attribute, or a different node count or
+/// outputs), e.g. "no cached program matches: nearest cached graph (12 nodes)
+/// differs at node 3 (aten::mm): input 0 shape [8, 32] vs [8, 16]". The first
+/// value of a pair is `graph`'s, the second the cached graph's. If nothing is
+/// known: "first graph compiled (no cached programs)".
+///
+/// Nodes are compared position by position: the graphs are canonicalized
+/// before they are summarized, so the same program has its nodes in the same
+/// order. A node inserted early makes every later position differ; the first
+/// difference named is still the right one.
+pub fn explain(graph: &GraphSummary, known: &[GraphSummary]) -> String {
+    explain_among(graph, known)
+}
+
+pub(super) fn explain_among<'a>(graph: &GraphSummary, known: impl IntoIterator<Item = &'a GraphSummary>) -> String {
+    // `min_by_key` keeps the first of equals, so callers list preferred
+    // (most recent) graphs first.
+    let Some((_, nearest)) = known.into_iter().map(|k| (distance(graph, k), k)).min_by_key(|(d, _)| *d) else {
+        return "first graph compiled (no cached programs)".to_string();
+    };
+    let n = nearest.nodes.len();
+    format!(
+        "no cached program matches: nearest cached graph ({n} node{}) {}",
+        if n == 1 { "" } else { "s" },
+        first_difference(graph, nearest)
+    )
+}
+
+/// How far apart two graphs are. A different op weighs more than a different
+/// shape, so a graph whose batch size changed finds its old self as the
+/// nearest neighbour rather than some unrelated graph of the same length.
+fn distance(a: &GraphSummary, b: &GraphSummary) -> u64 {
+    const OP: u64 = 4;
+    let nodes: u64 = a
+        .nodes
+        .iter()
+        .zip(&b.nodes)
+        .map(|(x, y)| if x.op != y.op { OP } else { u64::from(node_detail(x, y).is_some()) })
+        .sum();
+    let count = OP * a.nodes.len().abs_diff(b.nodes.len()) as u64;
+    let outputs = a.outputs.len().abs_diff(b.outputs.len()) as u64
+        + a.outputs.iter().zip(&b.outputs).filter(|(x, y)| x != y).count() as u64;
+    nodes + count + outputs
+}
+
+fn first_difference(g: &GraphSummary, k: &GraphSummary) -> String {
+    let differing = g.nodes.iter().zip(&k.nodes).filter(|(a, b)| *a != *b).count();
+    let more = if differing > 1 { format!("; {differing} nodes differ in all") } else { String::new() };
+    for (i, (a, b)) in g.nodes.iter().zip(&k.nodes).enumerate() {
+        if a.op != b.op {
+            return format!("differs at node {i}: op {} vs {}{more}", a.op, b.op);
+        }
+        if let Some(detail) = node_detail(a, b) {
+            return format!("differs at node {i} ({}): {detail}{more}", a.op);
+        }
+    }
+    let (gn, kn) = (g.nodes.len(), k.nodes.len());
+    if gn != kn {
+        let next = if gn > kn {
+            format!("first extra node {kn}: {}", g.nodes[kn].op)
+        } else {
+            format!("the cached graph goes on with node {gn}: {}", k.nodes[gn].op)
+        };
+        return format!("differs in node count: {gn} nodes vs {kn} ({next})");
+    }
+    if g.outputs.len() != k.outputs.len() {
+        return format!("differs in outputs: {} outputs vs {}", g.outputs.len(), k.outputs.len());
+    }
+    for (j, (a, b)) in g.outputs.iter().zip(&k.outputs).enumerate() {
+        if let Some(d) = value_difference(a, b) {
+            return format!("differs at output {j}: {d}");
+        }
+    }
+    "has the same ops, input shapes, dtypes, attributes and outputs: the program differs elsewhere \
+     (constants, compile options or plugin)"
+        .to_string()
+}
+
+/// The first difference between two nodes with the same op.
+fn node_detail(a: &NodeSummary, b: &NodeSummary) -> Option<String> {
+    if a.inputs.len() != b.inputs.len() {
+        return Some(format!("{} inputs vs {}", a.inputs.len(), b.inputs.len()));
+    }
+    for (j, (x, y)) in a.inputs.iter().zip(&b.inputs).enumerate() {
+        if let Some(d) = value_difference(x, y) {
+            return Some(format!("input {j} {d}"));
+        }
+    }
+    (a.attrs != b.attrs).then(|| format!("attributes {:?} vs {:?}", a.attrs, b.attrs))
+}
+
+fn value_difference((da, sa): &(DType, Vec<i64>), (db, sb): &(DType, Vec<i64>)) -> Option<String> {
+    match (da != db, sa != sb) {
+        (false, false) => None,
+        (true, false) => Some(format!("dtype {da} vs {db}")),
+        (false, true) => Some(format!("shape {sa:?} vs {sb:?}")),
+        (true, true) => Some(format!("{da}{sa:?} vs {db}{sb:?}")),
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A one-node graph; the disk format's tests use it too.
+    pub(in crate::cache) fn summary(op: &str) -> GraphSummary {
+        GraphSummary {
+            nodes: vec![NodeSummary { op: op.into(), inputs: vec![(DType::F32, vec![2, 3])], attrs: "dim=1".into() }],
+            outputs: vec![(DType::BF16, vec![2])],
+        }
+    }
+
+    #[test]
+    fn summary_json_round_trip() {
+        let s = summary("aten::sum.dim_IntList");
+        assert_eq!(GraphSummary::from_json(&s.to_json()), Some(s));
+        assert_eq!(GraphSummary::from_json(b"{\"nodes\":[],\"outputs\":[[99,[]]]}"), None, "unknown dtype code");
+    }
+}
