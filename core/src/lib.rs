@@ -18,6 +18,7 @@ pub mod hlo;
 pub mod ops;
 pub mod pjrt;
 pub mod plugin;
+pub mod rng;
 pub mod runtime;
 pub mod shape;
 pub mod storage;
@@ -26,6 +27,6 @@ pub mod view;
 
 pub use dtype::DType;
 pub use error::{Code, Error, Result};
-pub use runtime::rng::Generator;
+pub use rng::Generator;
 pub use runtime::{ExecMode, Runtime, RuntimeOptions};
 pub use tensor::{Scalar, Tensor, Value};
