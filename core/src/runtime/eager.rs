@@ -22,7 +22,7 @@ use crate::graph::FlushReason;
 use super::{current_mode, ExecMode, Runtime, Stats};
 use crate::error::{Error, Result};
 use crate::hlo::Elem;
-use crate::ops::{registry, OpDef, ParamSrc};
+use crate::ops::{registry, OpDef, ParamSrc, ViewOut};
 use crate::pjrt::{Buffer, CompileOptions, Executable};
 use crate::shape;
 use crate::storage::{Storage, StorageValue};
@@ -52,12 +52,27 @@ impl Runtime {
         let _span = tracing::debug_span!("op", op = def.name()).entered();
         let bound = def.bind(args)?;
         if let Some(view) = &def.view {
-            if let Some(out) = view(self, &bound)? {
+            if let Some(out) = view(&bound)? {
+                let out = self.make_views(def.name(), out)?;
                 Stats::bump(&self.stats.view_ops);
                 return Ok(out);
             }
         }
         self.run(id, def, &bound)
+    }
+
+    /// Makes the results a view kernel described.
+    fn make_views(self: &Arc<Self>, op: &str, out: ViewOut) -> Result<Vec<Value>> {
+        match out {
+            ViewOut::Views(values) => Ok(values),
+            ViewOut::NewStorage { numel, dtype, device, sizes, strides } => {
+                let base = self.call1(
+                    "aten::empty.memory_format",
+                    &[Value::IntList(vec![numel]), dtype, Value::None, device],
+                )?;
+                Ok(vec![Value::Tensor(base.view_of(op, 0, &sizes, &strides)?)])
+            }
+        }
     }
 
     /// As [`Runtime::call`] for an op with a single tensor result.
