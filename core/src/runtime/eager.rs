@@ -16,11 +16,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{lower_program, signature, Flat, Out, Ret};
-use super::fused::build_returns;
-use crate::graph::FlushReason;
+use super::call::{build_returns, lower_program, signature, Flat, Out, Ret};
 use super::{current_mode, ExecMode, Runtime, Stats};
 use crate::error::{Error, Result};
+use crate::graph::FlushReason;
 use crate::hlo::Elem;
 use crate::ops::{registry, OpDef, ParamSrc, ViewOut};
 use crate::pjrt::{Buffer, CompileOptions, Executable};

@@ -9,6 +9,7 @@ mod checks;
 mod collective;
 mod eager;
 mod fused;
+mod materialize;
 mod memory;
 pub mod mode;
 pub mod stats;
