@@ -11,6 +11,7 @@
 //! [`crate::runtime`].
 
 mod amp;
+mod catalog;
 pub mod common;
 mod copy;
 mod creation;
@@ -36,6 +37,7 @@ use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::tensor::{Scalar, Value};
+pub use catalog::{op_c_name, op_count, op_id, op_result_count};
 pub use schema::{ArgType, Schema};
 
 /// A runtime scalar argument: its position in the call and its kind. The
