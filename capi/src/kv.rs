@@ -6,8 +6,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 use std::time::Duration;
 
-use torchtpu_core::pjrt::{DistributedOptions, KeyValueStore};
-use torchtpu_core::{Code, Error, Result};
+use torchtpu_core::{Code, DistributedOptions, Error, KeyValueStore, Result};
 
 use crate::error::{ttpu_error_code, ttpu_error_destroy, ttpu_error_message, ttpu_error_t};
 use crate::ffi::check_struct_size;

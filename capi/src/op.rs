@@ -3,8 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use torchtpu_core::ops::registry;
-use torchtpu_core::{Error, Result, Scalar, Tensor, Value};
+use torchtpu_core::{op_c_name, op_count, op_id, op_result_count, Error, Result, Scalar, Tensor, Value};
 
 use crate::error::ttpu_error_t;
 use crate::ffi::{check_out, slice_arg, str_arg, write_out, Handle};
@@ -139,13 +138,8 @@ pub unsafe extern "C" fn ttpu_op_call(
         let values: Vec<Value> = raw.iter().enumerate().map(|(i, v)| to_value(v, name, i)).collect::<Result<_>>()?;
         // Check the capacity before running when the schema fixes the result
         // count, so that a too-small buffer never leaves an in-place op done.
-        let reg = registry();
-        let returns = &reg.get(reg.lookup(name)?).schema.returns;
-        if !returns.iter().any(|t| t == "Tensor[]") && returns.len() > capacity {
-            return Err(Error::ResourceExhausted(format!(
-                "{name} returns {} values but out_values has capacity {capacity}",
-                returns.len()
-            )));
+        if let Some(n) = op_result_count(name)?.filter(|&n| n > capacity) {
+            return Err(Error::ResourceExhausted(format!("{name} returns {n} values but out_values has capacity {capacity}")));
         }
         let results = r.rt.call(name, &values)?;
         let mut flat: Vec<Option<Tensor>> = Vec::new();
@@ -180,14 +174,14 @@ pub unsafe extern "C" fn ttpu_op_call(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_exists(name: *const c_char) -> bool {
     crate::ffi::no_panic(false, || {
-        !name.is_null() && CStr::from_ptr(name).to_str().is_ok_and(|n| registry().lookup(n).is_ok())
+        !name.is_null() && CStr::from_ptr(name).to_str().is_ok_and(|n| op_id(n).is_ok())
     })
 }
 
 /// The number of registered ops.
 #[no_mangle]
 pub extern "C" fn ttpu_op_count() -> usize {
-    crate::ffi::no_panic(0, || registry().len())
+    crate::ffi::no_panic(0, op_count)
 }
 
 /// Writes the name of op `index` (0-based, < `ttpu_op_count()`) to `*out_name`:
@@ -195,10 +189,9 @@ pub extern "C" fn ttpu_op_count() -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_name(index: usize, out_name: *mut *const c_char) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let reg = registry();
-        if index >= reg.len() {
-            return Err(Error::InvalidArgument(format!("ttpu_op_name: index {index} >= op count {}", reg.len())));
-        }
-        write_out(out_name, "ttpu_op_name", reg.get(index).c_name().as_ptr())
+        let name = op_c_name(index).ok_or_else(|| {
+            Error::InvalidArgument(format!("ttpu_op_name: index {index} >= op count {}", op_count()))
+        })?;
+        write_out(out_name, "ttpu_op_name", name.as_ptr())
     })
 }

@@ -4,9 +4,12 @@
 
 use std::sync::Arc;
 
+use half::{bf16, f16};
+
 use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
-use crate::runtime::rng::Generator;
+use crate::hlo::Elem;
+use crate::rng::Generator;
 use crate::shape::{self, Dims};
 use crate::storage::Storage;
 
@@ -144,6 +147,29 @@ impl Scalar {
             Scalar::Bool(b) => (0, b as u64),
             Scalar::Int(i) => (1, i as u64),
             Scalar::Float(f) => (2, f.to_bits()),
+        }
+    }
+    /// Little-endian bytes of this scalar as an `elem`, for runtime scalar
+    /// arguments.
+    pub fn host_bytes(self, elem: Elem) -> Vec<u8> {
+        let (f, i) = match self {
+            Scalar::Float(x) => (x, x as i64),
+            Scalar::Int(x) => (x as f64, x),
+            Scalar::Bool(b) => (b as i64 as f64, b as i64),
+        };
+        match elem {
+            Elem::Pred => vec![(f != 0.0) as u8],
+            Elem::I8 => (i as i8).to_le_bytes().to_vec(),
+            Elem::I16 => (i as i16).to_le_bytes().to_vec(),
+            Elem::I32 => (i as i32).to_le_bytes().to_vec(),
+            Elem::I64 => i.to_le_bytes().to_vec(),
+            Elem::U8 => (i as u8).to_le_bytes().to_vec(),
+            Elem::U32 => (i as u32).to_le_bytes().to_vec(),
+            Elem::U64 => (i as u64).to_le_bytes().to_vec(),
+            Elem::F16 => f16::from_f64(f).to_le_bytes().to_vec(),
+            Elem::BF16 => bf16::from_f64(f).to_le_bytes().to_vec(),
+            Elem::F32 => (f as f32).to_le_bytes().to_vec(),
+            Elem::F64 => f.to_le_bytes().to_vec(),
         }
     }
 }

@@ -44,6 +44,22 @@ fn empty_strided_keeps_strides() {
     assert_eq!(t.sizes(), &[2, 3]);
     assert_eq!(t.strides(), &[1, 2]);
     assert_eq!(t.storage().numel(), 6);
+    // dtype and device reach the new storage; an empty view needs none.
+    let ints = |v: &[i64]| Value::IntList(v.to_vec());
+    let last = rt.device_count() as i64 - 1;
+    let args = [ints(&[0, 3]), ints(&[1, 1 << 62]), Value::DType(DType::I16), Value::None, Value::Int(last)];
+    let e = rt.call1("aten::empty_strided", &args).unwrap();
+    assert_eq!((e.sizes(), e.strides(), e.storage().numel()), (&[0, 3][..], &[1, 1 << 62][..], 0));
+    assert_eq!((e.dtype(), e.storage().device()), (DType::I16, last as usize));
+    // A storage size past i64 is refused, not wrapped: by a product, and by
+    // a sum of in-range products.
+    for (size, stride) in [(vec![1i64 << 32, 1 << 32], vec![1i64 << 32, 1]), (vec![1 << 62, 1 << 62, 2], vec![1, 1, 1])] {
+        let e = rt.call1("aten::empty_strided", &[ints(&size), ints(&stride)]).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+        let msg = e.to_string();
+        let want = [format!("{size:?}"), format!("{stride:?}")];
+        assert!(msg.contains("aten::empty_strided") && want.iter().all(|w| msg.contains(w)), "{msg}");
+    }
 }
 
 #[test]

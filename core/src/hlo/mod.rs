@@ -79,30 +79,6 @@ impl Elem {
         }
     }
 
-    /// Little-endian bytes of `v` in this type, for runtime scalar arguments.
-    pub fn host_bytes(self, v: crate::tensor::Scalar) -> Vec<u8> {
-        use crate::tensor::Scalar;
-        let (f, i) = match v {
-            Scalar::Float(x) => (x, x as i64),
-            Scalar::Int(x) => (x as f64, x),
-            Scalar::Bool(b) => (b as i64 as f64, b as i64),
-        };
-        match self {
-            Elem::Pred => vec![(f != 0.0) as u8],
-            Elem::I8 => (i as i8).to_le_bytes().to_vec(),
-            Elem::I16 => (i as i16).to_le_bytes().to_vec(),
-            Elem::I32 => (i as i32).to_le_bytes().to_vec(),
-            Elem::I64 => i.to_le_bytes().to_vec(),
-            Elem::U8 => (i as u8).to_le_bytes().to_vec(),
-            Elem::U32 => (i as u32).to_le_bytes().to_vec(),
-            Elem::U64 => (i as u64).to_le_bytes().to_vec(),
-            Elem::F16 => f16::from_f64(f).to_le_bytes().to_vec(),
-            Elem::BF16 => bf16::from_f64(f).to_le_bytes().to_vec(),
-            Elem::F32 => (f as f32).to_le_bytes().to_vec(),
-            Elem::F64 => f.to_le_bytes().to_vec(),
-        }
-    }
-
     /// The dtype this element type represents, if it is one.
     pub fn dtype(self) -> Option<DType> {
         Some(match self {

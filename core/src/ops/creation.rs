@@ -16,7 +16,7 @@ use crate::hlo::{Cmp, Elem, Ty, V};
 use crate::shape;
 use crate::tensor::{Scalar, Value};
 
-use super::{Args, Cx, Builder};
+use super::{Args, Builder, Cx, ViewOut};
 
 pub fn register(r: &mut Builder) {
     register_fill(r);
@@ -33,6 +33,22 @@ pub(super) fn check_size(cx: &Cx, size: &[i64]) -> Result<()> {
         bail_op!(&*cx.op, "Trying to create tensor with negative dimension {d}: {}", shape::fmt(size));
     }
     Ok(())
+}
+
+/// The elements a storage needs to hold a view of `size` with `stride`
+/// (both non-negative) at offset 0: `1 + sum((n - 1) * s)`, or 0 for an
+/// empty view. Overflow is an invalid argument, not a wrap.
+fn strided_extent(op: &str, size: &[i64], stride: &[i64]) -> Result<i64> {
+    if size.contains(&0) {
+        return Ok(0);
+    }
+    size.iter()
+        .zip(stride)
+        .try_fold(1i64, |acc, (&n, &s)| (n - 1).checked_mul(s).and_then(|x| acc.checked_add(x)))
+        .ok_or_else(|| {
+            let (size, stride) = (shape::fmt(size), shape::fmt(stride));
+            Error::op(op, format!("size {size} with stride {stride} needs a storage of more than 2^63 - 1 elements"))
+        })
 }
 
 /// A constant tensor of `dtype` and `size` filled with `v`.
@@ -82,7 +98,7 @@ fn register_fill(r: &mut Builder) {
         let d = a.opt_dtype(2).unwrap_or(DType::DEFAULT_FLOAT);
         Ok(vec![constant(cx, size, d, 0.0)])
     })
-    .view(|rt, args| {
+    .view(|args| {
         let op = "aten::empty_strided";
         let (Value::IntList(size), Value::IntList(stride)) = (&args[0], &args[1]) else {
             return Err(Error::Internal(format!("{op}: size and stride are not int lists")));
@@ -96,16 +112,13 @@ fn register_fill(r: &mut Builder) {
         if let Some(s) = stride.iter().find(|&&s| s < 0) {
             bail_op!(op, "negative strides are not supported, got stride {s} in {}", shape::fmt(stride));
         }
-        let storage = if shape::numel(size) == 0 {
-            0
-        } else {
-            1 + size.iter().zip(stride).map(|(n, s)| (n - 1) * s).sum::<i64>()
-        };
-        let base = rt.call1(
-            "aten::empty.memory_format",
-            &[Value::IntList(vec![storage]), args[2].clone(), Value::None, args[4].clone()],
-        )?;
-        Ok(Some(vec![Value::Tensor(base.view_of(op, 0, size, stride)?)]))
+        Ok(Some(ViewOut::NewStorage {
+            numel: strided_extent(op, size, stride)?,
+            dtype: args[2].clone(),
+            device: args[4].clone(),
+            sizes: size.clone(),
+            strides: stride.clone(),
+        }))
     });
 
     // The `_like` forms take the input's shape, and its dtype unless given.
@@ -539,5 +552,28 @@ fn register_random(r: &mut Builder) {
     }
     for (decl, g) in with_generator("randint", "low", "SymInt low, SymInt high, SymInt[] size", "") {
         r.op(&decl, move |cx, a| Ok(vec![randint(cx, a.int(0)?, a.int(1)?, a.ints(2)?, a.opt_dtype(3 + g))?]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_extent_is_checked() {
+        let op = "aten::empty_strided";
+        assert_eq!(strided_extent(op, &[2, 3], &[1, 2]).unwrap(), 6);
+        assert_eq!(strided_extent(op, &[], &[]).unwrap(), 1);
+        assert_eq!(strided_extent(op, &[4, 5], &[0, 0]).unwrap(), 1);
+        // Empty whatever the strides, even where the product of sizes wraps.
+        assert_eq!(strided_extent(op, &[0, 1 << 62], &[1 << 62, 1 << 62]).unwrap(), 0);
+        // The largest extent there is, then one past it.
+        assert_eq!(strided_extent(op, &[1 << 62, 1 << 62], &[1, 1]).unwrap(), i64::MAX);
+        for (size, stride) in [(&[1 << 62, 1 << 62, 2][..], &[1, 1, 1][..]), (&[1 << 32, 1 << 32], &[1 << 32, 1])] {
+            let e = strided_extent(op, size, stride).unwrap_err();
+            assert_eq!(e.code(), crate::error::Code::InvalidArgument);
+            let msg = e.to_string();
+            assert!(msg.contains(op) && msg.contains(&shape::fmt(size)) && msg.contains(&shape::fmt(stride)), "{msg}");
+        }
     }
 }

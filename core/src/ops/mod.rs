@@ -11,6 +11,7 @@
 //! [`crate::runtime`].
 
 mod amp;
+mod catalog;
 pub mod common;
 mod copy;
 mod creation;
@@ -35,8 +36,8 @@ use parking_lot::RwLock;
 use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
-use crate::runtime::Runtime;
 use crate::tensor::{Scalar, Value};
+pub use catalog::{op_c_name, op_count, op_id, op_result_count};
 pub use schema::{ArgType, Schema};
 
 /// A runtime scalar argument: its position in the call and its kind. The
@@ -459,9 +460,23 @@ impl<'a> Args<'a> {
 }
 
 pub type LowerFn = dyn Fn(&mut Cx, &Args) -> Result<Vec<V>> + Send + Sync;
-/// A metadata kernel: returns the result views, or `None` when the op must
-/// run as a program instead (e.g. `reshape` of a non-viewable layout).
-pub type ViewFn = dyn Fn(&Arc<Runtime>, &[Value]) -> Result<Option<Vec<Value>>> + Send + Sync;
+
+/// What a metadata kernel decided. A kernel only describes its results; the
+/// runtime makes them (ops never call the runtime).
+#[derive(Debug, Clone)]
+pub enum ViewOut {
+    /// The results: views of the arguments' storages.
+    Views(Vec<Value>),
+    /// One result: a new, never-written storage of `numel` elements (dtype
+    /// and device as given by these `empty`-style arguments), seen through
+    /// `sizes`/`strides` at offset 0.
+    NewStorage { numel: i64, dtype: Value, device: Value, sizes: Vec<i64>, strides: Vec<i64> },
+}
+
+/// A metadata kernel over the bound arguments: describes the results, or
+/// returns `None` when the op must run as a program instead (e.g. `reshape`
+/// of a non-viewable layout).
+pub type ViewFn = dyn Fn(&[Value]) -> Result<Option<ViewOut>> + Send + Sync;
 
 pub struct OpDef {
     pub schema: Schema,
@@ -552,7 +567,7 @@ impl OpEntry<'_> {
         }
         self
     }
-    pub fn view(self, f: impl Fn(&Arc<Runtime>, &[Value]) -> Result<Option<Vec<Value>>> + Send + Sync + 'static) -> Self {
+    pub fn view(self, f: impl Fn(&[Value]) -> Result<Option<ViewOut>> + Send + Sync + 'static) -> Self {
         self.0.view = Some(Arc::new(f));
         self
     }

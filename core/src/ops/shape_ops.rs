@@ -16,7 +16,7 @@ use crate::shape::{self, Dims};
 use crate::tensor::{Tensor, Value};
 use crate::view;
 
-use super::{Args, Cx, Input, Builder};
+use super::{Args, Builder, Cx, Input, ViewOut};
 
 pub fn register(r: &mut Builder) {
     register_views(r);
@@ -88,7 +88,7 @@ fn values_of(a: &Args) -> Vec<Value> {
 fn view_op(r: &mut Builder, decl: &str, geom: GeomFn) {
     let name: Arc<str> = decl[..decl.find('(').unwrap()].into();
     let list = decl.trim_end().ends_with("[]");
-    r.op(decl, move |cx, a| lower_view(cx, a, geom)).view(move |_rt, args| {
+    r.op(decl, move |cx, a| lower_view(cx, a, geom)).view(move |args| {
         let t = match args.first() {
             Some(Value::Tensor(t)) => t,
             other => return Err(Error::Internal(format!("{name}: self is not a tensor: {other:?}"))),
@@ -97,7 +97,7 @@ fn view_op(r: &mut Builder, decl: &str, geom: GeomFn) {
             .iter()
             .map(|g| t.view_of(&name, g.offset, &g.sizes, &g.strides))
             .collect::<Result<Vec<Tensor>>>()?;
-        Ok(Some(if list { vec![Value::TensorList(outs)] } else { outs.into_iter().map(Value::Tensor).collect() }))
+        Ok(Some(ViewOut::Views(if list { vec![Value::TensorList(outs)] } else { outs.into_iter().map(Value::Tensor).collect() })))
     });
 }
 
@@ -214,7 +214,7 @@ fn register_views(r: &mut Builder) {
         let sizes = shape::infer_size(&cx.op, a.ints(1)?, shape::numel(&dims))?;
         Ok(vec![cx.f.reshape(x, &sizes)])
     })
-    .view(|_rt, args| {
+    .view(|args| {
         let op = "aten::reshape";
         let t = match args.first() {
             Some(Value::Tensor(t)) => t,
@@ -222,7 +222,7 @@ fn register_views(r: &mut Builder) {
         };
         let sizes = shape::infer_size(op, arg_ints(op, args, 1)?, t.numel())?;
         Ok(match shape::view_strides(t.sizes(), t.strides(), &sizes) {
-            Some(strides) => Some(vec![Value::Tensor(t.view_of(op, t.offset(), &sizes, &strides)?)]),
+            Some(strides) => Some(ViewOut::Views(vec![Value::Tensor(t.view_of(op, t.offset(), &sizes, &strides)?)])),
             None => None,
         })
     });

@@ -41,6 +41,22 @@ pub(crate) enum Ret {
     None,
 }
 
+/// The values a call returns, from its results and its arguments.
+pub(crate) fn build_returns(op: &str, returns: &[Ret], results: &[Option<Tensor>], bound: &[Value]) -> Result<Vec<Value>> {
+    let take = |i: usize| results[i].clone().ok_or_else(|| Error::Internal(format!("{op}: output {i} is a write")));
+    returns
+        .iter()
+        .map(|r| {
+            Ok(match r {
+                Ret::Tensor(i) => Value::Tensor(take(*i)?),
+                Ret::Alias(arg) => bound[*arg].clone(),
+                Ret::List(ids) => Value::TensorList(ids.iter().map(|&i| take(i)).collect::<Result<_>>()?),
+                Ret::None => Value::None,
+            })
+        })
+        .collect()
+}
+
 /// A call's argument with its tensors left out (so a recorded call does not
 /// keep storages alive): the lowering only needs where tensors go.
 #[derive(Debug, Clone)]

@@ -16,18 +16,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{lower_program, signature, Flat, Out, Ret};
-use super::fused::build_returns;
-use crate::graph::FlushReason;
+use super::call::{build_returns, lower_program, signature, Flat, Out, Ret};
 use super::{current_mode, ExecMode, Runtime, Stats};
 use crate::error::{Error, Result};
-use crate::trace::{self, Category};
+use crate::graph::FlushReason;
 use crate::hlo::Elem;
-use crate::ops::{registry, OpDef, ParamSrc};
+use crate::ops::{registry, OpDef, ParamSrc, ViewOut};
 use crate::pjrt::{Buffer, CompileOptions, Executable};
 use crate::shape;
 use crate::storage::{Storage, StorageValue};
 use crate::tensor::{Scalar, Tensor, Value};
+use crate::trace::{self, Category};
 
 /// A compiled op signature: the executable and how to feed and unpack it.
 pub(crate) struct Compiled {
@@ -55,12 +54,27 @@ impl Runtime {
         let _trace = trace::span(category, def.name(), None);
         let bound = def.bind(args)?;
         if let Some(view) = &def.view {
-            if let Some(out) = view(self, &bound)? {
+            if let Some(out) = view(&bound)? {
+                let out = self.make_views(def.name(), out)?;
                 Stats::bump(&self.stats.view_ops);
                 return Ok(out);
             }
         }
         self.run(id, def, &bound)
+    }
+
+    /// Makes the results a view kernel described.
+    fn make_views(self: &Arc<Self>, op: &str, out: ViewOut) -> Result<Vec<Value>> {
+        match out {
+            ViewOut::Views(values) => Ok(values),
+            ViewOut::NewStorage { numel, dtype, device, sizes, strides } => {
+                let base = self.call1(
+                    "aten::empty.memory_format",
+                    &[Value::IntList(vec![numel]), dtype, Value::None, device],
+                )?;
+                Ok(vec![Value::Tensor(base.view_of(op, 0, &sizes, &strides)?)])
+            }
+        }
     }
 
     /// As [`Runtime::call`] for an op with a single tensor result.

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{combine_checks, lower_call, lower_program, Arg, Flat, Out, Ret, TensorDesc};
+use super::call::{build_returns, combine_checks, lower_call, lower_program, Arg, Flat, Out, Ret, TensorDesc};
 use super::{Runtime, Stats};
 use crate::cache::{CacheKey, GraphSummary, NodeSummary, Tier};
 use crate::error::{Error, Result};
@@ -238,30 +238,6 @@ impl Runtime {
         result
     }
 
-    /// The buffer of a storage, flushing its pending graph if needed.
-    pub(crate) fn materialize(self: &Arc<Self>, storage: &Storage, op: &str, reason: FlushReason) -> Result<Arc<Buffer>> {
-        loop {
-            match storage.value() {
-                StorageValue::Buffer(b) => return Ok(b),
-                StorageValue::Pending { recording, .. } => {
-                    let device = storage.device();
-                    if self.recordings[device].lock().id == recording {
-                        self.flush_device(device, reason)?;
-                        continue;
-                    }
-                    if let Some(msg) = self.failed.lock().get(&recording) {
-                        return Err(Error::op(
-                            op,
-                            format!("this tensor was never computed: the fused program that computes it failed: {msg}"),
-                        ));
-                    }
-                    // Another thread is flushing that recording: wait for it.
-                    drop(self.recordings[device].lock());
-                }
-            }
-        }
-    }
-
     fn run_recording(&self, rec: &Recording, reason: FlushReason) -> Result<()> {
         let device = rec.device;
         let mut _trace = crate::trace::span(crate::trace::Category::Flush, "flush", Some(device));
@@ -476,20 +452,4 @@ fn attrs_of(args: &[Arg]) -> String {
         })
         .collect();
     parts.join(", ")
-}
-
-/// The values a call returns, from its results and its arguments.
-pub(crate) fn build_returns(op: &str, returns: &[Ret], results: &[Option<Tensor>], bound: &[Value]) -> Result<Vec<Value>> {
-    let take = |i: usize| results[i].clone().ok_or_else(|| Error::Internal(format!("{op}: output {i} is a write")));
-    returns
-        .iter()
-        .map(|r| {
-            Ok(match r {
-                Ret::Tensor(i) => Value::Tensor(take(*i)?),
-                Ret::Alias(arg) => bound[*arg].clone(),
-                Ret::List(ids) => Value::TensorList(ids.iter().map(|&i| take(i)).collect::<Result<_>>()?),
-                Ret::None => Value::None,
-            })
-        })
-        .collect()
 }

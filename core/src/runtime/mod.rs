@@ -9,9 +9,9 @@ mod checks;
 mod collective;
 mod eager;
 mod fused;
+mod materialize;
 mod memory;
 pub mod mode;
-pub mod rng;
 pub mod stats;
 pub mod stream;
 
@@ -37,11 +37,11 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::hlo::Elem;
 use crate::pjrt::{discovery, Api, Buffer, Client, DeviceInfo, DistributedOptions, Event};
+use crate::rng::{self, Generator};
 use crate::shape;
 use crate::storage::{Storage, StorageValue};
 use crate::tensor::{Scalar, Tensor, Value};
 use eager::Compiled;
-use rng::Generator;
 
 /// How to create a [`Runtime`].
 #[derive(Debug, Clone, Default)]
@@ -467,7 +467,7 @@ impl Runtime {
 
     /// A cached rank-0 buffer holding `v` as `elem` on `device`.
     fn scalar_buffer(&self, device: usize, elem: Elem, v: Scalar) -> Result<Arc<Buffer>> {
-        let bytes = elem.host_bytes(v);
+        let bytes = v.host_bytes(elem);
         let mut bits = [0u8; 8];
         bits[..bytes.len()].copy_from_slice(&bytes);
         let key = (device, elem, u64::from_le_bytes(bits));

@@ -10,6 +10,9 @@
 //! device has a default one (the runtime's), and a frontend can create more
 //! and pass one to a random op's `generator` argument, which then draws from
 //! it instead of from the device default.
+//!
+//! Part of the data model (a generator travels as a [`crate::tensor::Value`]
+//! argument): the runtime owns the device defaults and feeds the draws.
 
 use std::sync::Arc;
 
