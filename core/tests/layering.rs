@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// The modules of core that the C ABI may name by path (besides root items).
-const CAPI_MODULES: &[&str] = &["runtime", "plugin", "collective", "graph"];
+const CAPI_MODULES: &[&str] = &["runtime", "plugin", "collective", "graph", "trace"];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))

@@ -50,7 +50,7 @@ int main(void) {
 
     /* On: a new signature compiles, runs on the device, and is read back. */
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
+    CHECK(timespec_get(&now, TIME_UTC) == TIME_UTC);
     const uint64_t wall = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     uint64_t cursor = ttpu_trace_start();
     CHECK(ttpu_trace_enabled());

@@ -5,7 +5,10 @@
 2. the example GPT's training step (forward, backward, AdamW) in strict,
    fused and compiled (torch.compile(backend="tpu")) mode, against CPU eager;
 3. what the device-side index checks cost: the same GPT step in strict and
-   fused mode with the checks on and off (alternating rounds on one model).
+   fused mode with the checks on and off (alternating rounds on one model);
+4. what the profiler costs: `x + y` in strict and fused mode with
+   torch.profiler (CPU + the tpu activity) on, against off. Off, each of the
+   runtime's spans is one relaxed atomic load.
 
 Times are medians over repeats after warm-up; the ratios are what to quote
 (machines are shared and noisy).
@@ -35,12 +38,19 @@ def load_gpt():
     return mod
 
 
-def dispatch_us(device: str, mode: str | None, n: int = 2000, repeats: int = 5) -> float:
-    """Median microseconds per `x + y` (the result chained, so nothing is dead)."""
+def dispatch_us(device: str, mode: str | None, n: int = 2000, repeats: int = 5, profiled: bool = False) -> float:
+    """Median microseconds per `x + y` (the result chained, so nothing is
+    dead); `profiled` runs the rounds under torch.profiler."""
     x = torch.ones(16, device=device)
     y = torch.ones(16, device=device)
     ctx = torch.tpu.set_eager_mode(mode) if mode else None
     times = []
+    prof = None
+    if profiled:
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1])
+        prof.__enter__()
     try:
         for r in range(repeats + 1):
             z = x
@@ -51,6 +61,8 @@ def dispatch_us(device: str, mode: str | None, n: int = 2000, repeats: int = 5) 
             if r:  # the first round compiles
                 times.append((time.perf_counter() - start) / n * 1e6)
     finally:
+        if prof:
+            prof.__exit__(None, None, None)
         if ctx:
             ctx.__exit__(None, None, None)
     return statistics.median(times)
@@ -158,6 +170,12 @@ def main() -> None:
     for label, mode in (("tpu strict", "DEFER_NEVER"), ("tpu fused", "DEFER_AND_FUSE")):
         on, off = index_check_ms(gpt, mode, args.steps)
         print(f"  {label:22s} on {on:8.2f}   off {off:8.2f}   on/off {on / off:.3f}x")
+
+    print("\nprofiler: x + y on 16 floats under torch.profiler (CPU + tpu activities) vs off (us/op)")
+    for label, mode in (("tpu strict", "DEFER_NEVER"), ("tpu fused", "DEFER_AND_FUSE")):
+        off = dispatch_us("tpu", mode, n=500)
+        on = dispatch_us("tpu", mode, n=500, profiled=True)
+        print(f"  {label:22s} off {off:8.2f}   on {on:8.2f}   on/off {on / off:.2f}x")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 // runtime's span recorder on at start and, when the trace is processed,
 // hands every span recorded since as a Kineto activity with the runtime's
 // own timestamps. Host-side spans (op, record, flush, compile, transfer,
-// collective) are PRIVATEUSE1_RUNTIME activities, shown beside the CPU ops;
+// collective) are PRIVATEUSE1_RUNTIME activities named "tpu::<what> <name>",
+// on the row of the thread that made them, under its aten op;
 // device execution, which ends asynchronously, is a CONCURRENT_KERNEL
 // activity on the tpu device, from launch to completion. Nothing is recorded
 // outside a session, so the profiler costs nothing when it is off.
@@ -78,7 +79,12 @@ class Session final : public libkineto::IActivityProfilerSession {
         ttpu_error_destroy(e);
         continue;
       }
-      const std::string name(s.name, s.name_len);
+      // Device runs are named like CUDA kernels (the op or program), host
+      // spans by what the runtime did: "tpu::compile aten::addmm".
+      const std::string what(s.name, s.name_len);
+      const std::string name = s.category == TTPU_TRACE_CATEGORY_EXECUTE
+                                   ? what
+                                   : std::string("tpu::") + category_name(s.category) + " " + what;
       // Kineto keeps a pointer to the span of every activity it is given.
       const libkineto::TraceSpan& span = spans_.emplace_back(0, 0, "tpu");
       libkineto::GenericTraceActivity a(span, activity_type(s.category), name);
