@@ -223,9 +223,43 @@ pub fn view_strides(old_sizes: &[i64], old_strides: &[i64], new_sizes: &[i64]) -
     Some(new_strides)
 }
 
+/// The elements a storage needs to hold a view of `size` with `stride`
+/// (both non-negative) at offset 0: `1 + sum((n - 1) * s)`, or 0 for an
+/// empty view. Overflow is an invalid argument, not a wrap.
+pub fn strided_extent(op: &str, size: &[i64], stride: &[i64]) -> Result<i64> {
+    if size.contains(&0) {
+        return Ok(0);
+    }
+    size.iter()
+        .zip(stride)
+        .try_fold(1i64, |acc, (&n, &s)| (n - 1).checked_mul(s).and_then(|x| acc.checked_add(x)))
+        .ok_or_else(|| {
+            let (size, stride) = (fmt(size), fmt(stride));
+            Error::op(op, format!("size {size} with stride {stride} needs a storage of more than 2^63 - 1 elements"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strided_extent_is_checked() {
+        let op = "aten::empty_strided";
+        assert_eq!(strided_extent(op, &[2, 3], &[1, 2]).unwrap(), 6);
+        assert_eq!(strided_extent(op, &[], &[]).unwrap(), 1);
+        assert_eq!(strided_extent(op, &[4, 5], &[0, 0]).unwrap(), 1);
+        // Empty whatever the strides, even where the product of sizes wraps.
+        assert_eq!(strided_extent(op, &[0, 1 << 62], &[1 << 62, 1 << 62]).unwrap(), 0);
+        // The largest extent there is, then one past it.
+        assert_eq!(strided_extent(op, &[1 << 62, 1 << 62], &[1, 1]).unwrap(), i64::MAX);
+        for (size, stride) in [(&[1 << 62, 1 << 62, 2][..], &[1, 1, 1][..]), (&[1 << 32, 1 << 32], &[1 << 32, 1])] {
+            let e = strided_extent(op, size, stride).unwrap_err();
+            assert_eq!(e.code(), crate::error::Code::InvalidArgument);
+            let msg = e.to_string();
+            assert!(msg.contains(op) && msg.contains(&fmt(size)) && msg.contains(&fmt(stride)), "{msg}");
+        }
+    }
 
     #[test]
     fn checked_numel_caps_and_overflow() {

@@ -56,8 +56,11 @@ impl Tensor {
                 format!("negative size, stride or offset: sizes {}, strides {}, offset {offset}", shape::fmt(sizes), shape::fmt(strides)),
             ));
         }
-        if shape::numel(sizes) > 0 {
-            let last: i64 = offset + sizes.iter().zip(strides).map(|(n, s)| (n - 1) * s).sum::<i64>();
+        // Checked: a stride of 2^62 must be refused here, not wrap into a
+        // view that passes the bounds check.
+        let extent = shape::strided_extent(op, sizes, strides)?;
+        if extent > 0 {
+            let last = offset.checked_add(extent - 1).unwrap_or(i64::MAX);
             if last >= self.storage.numel() {
                 return Err(Error::op(
                     op,
@@ -302,5 +305,33 @@ impl From<&Generator> for Value {
 impl From<Vec<Tensor>> for Value {
     fn from(v: Vec<Tensor>) -> Value {
         Value::TensorList(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StorageValue;
+
+    #[test]
+    fn view_of_checks_bounds_without_wrapping() {
+        // Never read: a pending value needs no device.
+        let storage = Storage::new(0, DType::F32, 8, StorageValue::Pending { recording: 0, node: 0, out: 0 });
+        let t = Tensor::from_storage(storage, &[8]);
+        let v = t.view_of("aten::as_strided", 1, &[2, 3], &[3, 1]).unwrap();
+        assert_eq!((v.offset(), v.sizes(), v.strides()), (1, &[2, 3][..], &[3, 1][..]));
+        assert!(t.view_of("aten::as_strided", 0, &[0, 5], &[1 << 62, 1 << 62]).is_ok(), "empty: any strides");
+        let refused = [
+            (1, vec![2, 4], vec![4, 1]),                   // element 8 of 8
+            (0, vec![2], vec![1 << 62]),                   // wrapped to a small extent unchecked
+            (0, vec![3], vec![i64::MAX]),                  // overflows the extent
+            (i64::MAX, vec![2], vec![1]),                  // overflows the offset
+            (0, vec![1 << 62, 1 << 62, 2], vec![1, 1, 1]), // overflows the sum
+        ];
+        for (offset, sizes, strides) in refused {
+            let e = t.view_of("aten::as_strided", offset, &sizes, &strides).unwrap_err();
+            assert_eq!(e.code(), crate::error::Code::InvalidArgument, "{sizes:?} {strides:?} @{offset}: {e}");
+            assert!(e.to_string().contains("aten::as_strided"), "{e}");
+        }
     }
 }
