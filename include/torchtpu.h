@@ -499,7 +499,7 @@ typedef struct ttpu_trace_span_t {
   // Start in nanoseconds since the Unix epoch, and duration.
   uint64_t start_ns;
   uint64_t duration_ns;
-  // The host thread that recorded it (a small number, stable per thread).
+  // The host thread that recorded it (its OS thread id).
   uint64_t thread;
   // The device it ran on, or -1.
   int64_t device;

@@ -397,10 +397,37 @@ def test_index_tensor(rt, dtype, case):
     check(call(rt, "aten::index.Tensor", x, as_i32), want, **exact(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8])
+def test_index_with_masks(rt, dtype):
+    """Boolean (and uint8) masks among the indices, read and write, as PyTorch
+    indexes: core's dispatch turns each into the indices of its nonzeros."""
+    x = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    row = torch.tensor([True, False, True, True]).to(dtype)
+    plane = torch.tensor([[True, False, True], [False, False, True]]).to(dtype)
+    for indices in ([plane], [None, None, row], [plane, row[:3].long() * 0 + 1], [None, plane.bool()[0], None]):
+        key = [None if i is None else (i.bool() if i.dtype == torch.uint8 else i) for i in indices]
+        want = torch.ops.aten.index(x, key)
+        check(call(rt, "aten::index.Tensor", x, indices), want)
+        values = torch.full(want.shape, -1.0)
+        check(call(rt, "aten::index_put", x, indices, values), torch.ops.aten.index_put(x, key, values))
+    empty = torch.zeros(3, dtype=torch.bool)
+    check(call(rt, "aten::index.Tensor", x[0], [empty]), x[0][empty])
+
+
+def test_nonzero_and_masked_select(rt):
+    x = torch.tensor([[0.0, 1.5, 0.0], [-2.0, 0.0, 3.0]])
+    check(call(rt, "aten::nonzero", x), torch.nonzero(x))
+    check(call(rt, "aten::nonzero", torch.zeros(2, 2)), torch.nonzero(torch.zeros(2, 2)))
+    mask = torch.tensor([True, False, True])
+    check(call(rt, "aten::masked_select", x, mask), torch.masked_select(x, mask))
+    check(call(rt, "aten::masked_select", torch.tensor(5.0), torch.tensor(True)), torch.tensor([5.0]))
+
+
 def test_index_tensor_errors(rt):
     x = torch.zeros(3, 4)
-    with pytest.raises(torchtpu.UnimplementedError, match=r"aten::index.Tensor: boolean.*\[3\].*\[3, 4\].*nonzero"):
-        call(rt, "aten::index.Tensor", x, [torch.tensor([True, False, True])])
+    # A mask must match the dimensions it indexes (core's dispatch expands masks).
+    with pytest.raises(torchtpu.OutOfRangeError, match=r"aten::index.Tensor: the shape of the mask \[2\] at index 0 does not match the shape of the indexed tensor \[3, 4\]"):
+        call(rt, "aten::index.Tensor", x, [torch.tensor([True, False])])
     with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index.Tensor: tensors used as indices must be long, int, byte or bool tensors"):
         call(rt, "aten::index.Tensor", x, [torch.tensor([0.0])])
     with pytest.raises(torchtpu.InvalidArgumentError, match=r"aten::index.Tensor: too many indices for tensor of dimension 2 \(got 3"):
@@ -443,8 +470,8 @@ def test_index_put_errors(rt):
     with pytest.raises(torchtpu.InvalidArgumentError,
                        match=r"aten::index_put_: Index put requires the source and destination dtypes match, got float32 for the destination and int64"):
         call(rt, "aten::index_put_", x, [I(0)], torch.tensor([1]))
-    with pytest.raises(torchtpu.UnimplementedError, match=r"aten::index_put: boolean"):
-        call(rt, "aten::index_put", x, [x > 0], torch.tensor(1.0))
+    with pytest.raises(torchtpu.OutOfRangeError, match=r"aten::index_put: the shape of the mask \[4\] at index 0 does not match"):
+        call(rt, "aten::index_put", x, [torch.ones(4, dtype=torch.bool)], torch.tensor(1.0))
 
 
 # -------------------------------------------------------------------- take

@@ -286,31 +286,22 @@ void run_functional(const c10::FunctionSchema& schema, const c10::OperatorHandle
   }
 }
 
-// The `Tensor?[]` indices of an indexing op, as the runtime takes them.
-// Boolean (and uint8) masks become the long indices of their nonzero
-// elements, as PyTorch's own indexing does: device programs cannot have the
-// data-dependent shapes masks give. CPU index tensors are uploaded to the
-// device of `self`, as CUDA accepts them (`x[torch.tensor([1, 2])]`).
+// The `Tensor?[]` indices of an indexing op: CPU index tensors are uploaded
+// to the device of `self`, as CUDA accepts them (`x[torch.tensor([1, 2])]`).
+// Boolean masks pass as they are: core's dispatch expands them.
 void prepare_indices(std::vector<c10::IValue>& args) {
   if (args.empty() || !args[0].isTensor()) return;
   const c10::Device device = args[0].toTensor().device();
   for (c10::IValue& v : args) {
     if (!v.isList()) continue;
     bool any = false;
-    for (const c10::IValue& e : v.toListRef()) {
-      const at::Tensor t = e.isTensor() ? e.toTensor() : at::Tensor();
-      any = any || (t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte ||
-                                    t.is_cpu()));
-    }
+    for (const c10::IValue& e : v.toListRef()) any = any || (e.isTensor() && e.toTensor().defined() && e.toTensor().is_cpu());
     if (!any) continue;
     c10::List<std::optional<at::Tensor>> out;
     for (const c10::IValue& e : v.toListRef()) {
       const at::Tensor t = e.isTensor() ? e.toTensor() : at::Tensor();
       if (!t.defined()) {
         out.push_back(std::nullopt);
-      } else if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) {
-        const at::Tensor nz = at::nonzero(t).to(device);
-        for (int64_t j = 0; j < t.dim(); ++j) out.push_back(nz.select(1, j));
       } else {
         out.push_back(t.is_cpu() ? t.to(device) : t);
       }
@@ -538,41 +529,6 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
-// nonzero's result shape depends on the data: read the count (a host sync,
-// as on CUDA), then run the runtime's static-shape form.
-at::Tensor nonzero(const at::Tensor& self) {
-  const int64_t count = self.ne(0).sum().item<int64_t>();
-  return at::nonzero_static(self, count, -1);
-}
-
-at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
-  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
-  const std::vector<at::Tensor> b = at::broadcast_tensors({self, mask});
-  // The result is 1-D whatever the rank; a 0-dim pair is indexed as one
-  // element, since a 0-dim boolean index would select along no dimension.
-  if (b[0].dim() == 0) {
-    return at::index(b[0].reshape({1}), c10::List<std::optional<at::Tensor>>({b[1].reshape({1})}));
-  }
-  return at::index(b[0], c10::List<std::optional<at::Tensor>>({b[1]}));
-}
-
-// native_batch_norm updates its running statistics without declaring them
-// mutable; PyTorch's functional forms do declare them, and the runtime
-// implements those: the same translation PyTorch's own decomposition makes.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
-    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
-    double momentum, double eps) {
-  const bool stats = running_mean && running_mean->defined() && running_var && running_var->defined();
-  if (!stats) return at::_native_batch_norm_legit(input, weight, bias, training, momentum, eps);
-  if (!training) {
-    return at::_native_batch_norm_legit_no_training(input, weight, bias, *running_mean, *running_var, momentum, eps);
-  }
-  at::Tensor mean = *running_mean;
-  at::Tensor var = *running_var;
-  return at::_native_batch_norm_legit(input, weight, bias, mean, var, training, momentum, eps);
-}
-
 at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                                c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().is_privateuseone(), "set_: expected a tpu storage, got one on ", source.device());
@@ -622,9 +578,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage_storage_offset", set_source_storage);
   m.impl("set_.source_Storage", set_storage);
   m.impl("set_.source_Tensor", set_tensor);
-  m.impl("nonzero", nonzero);
-  m.impl("masked_select", masked_select);
-  m.impl("native_batch_norm", native_batch_norm);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
@@ -641,8 +594,8 @@ const bool runtime_ops_registered = [] {
                                         __LINE__);
   static const std::set<std::string> explicit_ops = {
       "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "unfold", "copy_",
-      "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy", "nonzero",
-      "masked_select", "native_batch_norm", "_has_compatible_shallow_copy_type"};
+      "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy",
+      "_has_compatible_shallow_copy_type"};
   const size_t n = ttpu_op_count();
   for (size_t i = 0; i < n; ++i) {
     const char* full = nullptr;

@@ -478,11 +478,30 @@ pub enum ViewOut {
 /// of a non-viewable layout).
 pub type ViewFn = dyn Fn(&[Value]) -> Result<Option<ViewOut>> + Send + Sync;
 
+/// Ops whose result needs the host or other ops, not one program: their
+/// sizes depend on data, or PyTorch defines them as a translation. They have
+/// no lowering; the runtime's dispatch carries them out (every frontend gets
+/// them alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Composite {
+    /// `nonzero`: the count of nonzero elements is read on the host (a
+    /// sync, as on CUDA), then `nonzero_static` of that size.
+    Nonzero,
+    /// `masked_select`: both arguments broadcast, then boolean indexing.
+    MaskedSelect,
+    /// `native_batch_norm`, which updates its running statistics without
+    /// declaring them mutable: PyTorch's own translation to the
+    /// `_native_batch_norm_legit` forms that declare them.
+    NativeBatchNorm,
+}
+
 pub struct OpDef {
     pub schema: Schema,
     c_name: std::ffi::CString,
     pub lower: Arc<LowerFn>,
     pub view: Option<Arc<ViewFn>>,
+    /// Carried out by the runtime's dispatch instead of a program.
+    pub composite: Option<Composite>,
     /// Scalars are compile-time constants (they determine shapes).
     pub static_scalars: bool,
     /// `copy_` may cast to any dtype; other in-place ops follow `can_cast`.
@@ -505,6 +524,7 @@ impl OpDef {
             c_name,
             lower,
             view: None,
+            composite: None,
             static_scalars: false,
             any_cast: false,
             cross_device: false,
@@ -593,6 +613,12 @@ impl Builder {
         self.by_name.insert(name, self.ops.len());
         self.ops.push(OpDef::new(schema, lower));
         OpEntry(self.ops.last_mut().unwrap())
+    }
+
+    /// Registers an op the runtime's dispatch carries out ([`Composite`]).
+    pub fn composite(&mut self, decl: &str, kind: Composite) {
+        let entry = self.op(decl, move |cx, _| Err(cx.err(format!("{kind:?} is run by the runtime's dispatch, not lowered"))));
+        entry.0.composite = Some(kind);
     }
 
     /// Registers `aten::name.overload` and its in-place form `aten::name_.overload`

@@ -53,6 +53,10 @@ impl Runtime {
         let category = if current_mode() == ExecMode::DeferAndFuse { Category::Record } else { Category::Op };
         let _trace = trace::span(category, def.name(), None);
         let bound = def.bind(args)?;
+        if let Some(kind) = def.composite {
+            return self.composite(def, kind, &bound);
+        }
+        let bound = self.expand_masks(def.name(), bound)?;
         if let Some(view) = &def.view {
             if let Some(out) = view(&bound)? {
                 let out = self.make_views(def.name(), out)?;

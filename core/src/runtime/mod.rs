@@ -7,6 +7,7 @@
 mod call;
 mod checks;
 mod collective;
+mod dispatch;
 mod eager;
 mod fused;
 mod materialize;

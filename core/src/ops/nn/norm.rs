@@ -7,7 +7,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Ty, V};
 use crate::ops::common::up;
-use crate::ops::{Args, Cx, Builder};
+use crate::ops::{Args, Builder, Composite, Cx};
 use crate::shape::{self, fmt};
 
 use super::grad::{masked, norm_input_grad, output_mask};
@@ -156,6 +156,11 @@ fn batch_norm(
 }
 
 fn register_batch_norm(r: &mut Builder) {
+    r.composite(
+        "aten::native_batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, \
+         Tensor? running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",
+        Composite::NativeBatchNorm,
+    );
     r.op(
         "aten::_native_batch_norm_legit(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, \
          Tensor(b!) running_var, bool training, float momentum, float eps) -> (Tensor, Tensor, Tensor)",

@@ -1,0 +1,137 @@
+//! The calling convention's steps that are not one program, in one place
+//! for every frontend (PyTorch, C, C++ alike):
+//!
+//! - boolean (and uint8) masks among an op's `Tensor?[]` indices become the
+//!   long indices of their nonzero elements, as PyTorch's own indexing does:
+//!   a device program cannot have the data-dependent shape a mask gives;
+//! - [`Composite`] ops: `nonzero` reads its count on the host once (a sync,
+//!   as on CUDA) and runs `nonzero_static`; `masked_select` is broadcasting
+//!   plus boolean indexing; `native_batch_norm` is PyTorch's translation to
+//!   the `_native_batch_norm_legit` forms.
+
+use std::sync::Arc;
+
+use super::Runtime;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::{Composite, OpDef};
+use crate::shape;
+use crate::tensor::{Scalar, Tensor, Value};
+
+fn tensor_arg<'a>(op: &str, bound: &'a [Value], i: usize) -> Result<&'a Tensor> {
+    match bound.get(i) {
+        Some(Value::Tensor(t)) => Ok(t),
+        other => Err(Error::op(op, format!("argument {i} must be a tensor, not {}", other.map_or("nothing", |v| v.type_name())))),
+    }
+}
+
+fn is_mask(t: &Tensor) -> bool {
+    matches!(t.dtype(), DType::Bool | DType::U8)
+}
+
+impl Runtime {
+    /// Carries out a [`Composite`] op.
+    pub(super) fn composite(self: &Arc<Self>, def: &OpDef, kind: Composite, bound: &[Value]) -> Result<Vec<Value>> {
+        let op = def.name();
+        match kind {
+            Composite::Nonzero => Ok(vec![self.nonzero(tensor_arg(op, bound, 0)?)?.into()]),
+            Composite::MaskedSelect => {
+                let (x, mask) = (tensor_arg(op, bound, 0)?, tensor_arg(op, bound, 1)?);
+                if mask.dtype() != DType::Bool {
+                    return Err(Error::op(op, format!("expected BoolTensor for mask, got {}", mask.dtype())));
+                }
+                let sizes = shape::broadcast(op, x.sizes(), mask.sizes())?.to_vec();
+                // The result is 1-D whatever the rank; a 0-dim pair is seen
+                // as one element, since a 0-dim mask selects along no dim.
+                let view = if sizes.is_empty() { vec![1] } else { sizes.clone() };
+                let expand = |t: &Tensor| -> Result<Tensor> {
+                    let e = self.call1("aten::expand", &[t.into(), Value::IntList(sizes.clone()), Value::Bool(false)])?;
+                    self.call1("aten::reshape", &[e.into(), Value::IntList(view.clone())])
+                };
+                let (x, mask) = (expand(x)?, expand(mask)?);
+                self.call("aten::index.Tensor", &[x.into(), Value::OptTensorList(vec![Some(mask)])])
+            }
+            Composite::NativeBatchNorm => {
+                // (input, weight, bias, running_mean, running_var, training, momentum, eps)
+                let arg = |i: usize| bound.get(i).cloned().unwrap_or(Value::None);
+                let stats = matches!(arg(3), Value::Tensor(_)) && matches!(arg(4), Value::Tensor(_));
+                let training = matches!(arg(5), Value::Bool(true));
+                if !stats {
+                    self.call("aten::_native_batch_norm_legit.no_stats", &[arg(0), arg(1), arg(2), arg(5), arg(6), arg(7)])
+                } else if !training {
+                    self.call("aten::_native_batch_norm_legit_no_training", &[arg(0), arg(1), arg(2), arg(3), arg(4), arg(6), arg(7)])
+                } else {
+                    self.call("aten::_native_batch_norm_legit", &[arg(0), arg(1), arg(2), arg(3), arg(4), arg(5), arg(6), arg(7)])
+                }
+            }
+        }
+    }
+
+    /// The indices of `x`'s nonzero elements, `[count, rank]` (long): the
+    /// count is read on the host, then `nonzero_static` runs at that size.
+    fn nonzero(self: &Arc<Self>, x: &Tensor) -> Result<Tensor> {
+        let ne = self.call1("aten::ne.Scalar", &[x.into(), Value::Scalar(Scalar::Int(0))])?;
+        let count = self.call1("aten::sum", &[ne.into(), Value::DType(DType::I64)])?;
+        let bytes = self.tensor_to_host(&count)?;
+        let n = bytes
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_ne_bytes)
+            .ok_or_else(|| Error::Internal("nonzero: the count is not one int64".into()))?;
+        self.call1("aten::nonzero_static", &[x.into(), Value::Int(n), Value::Int(-1)])
+    }
+
+    /// `bound` with every mask among its `Tensor?[]` indices replaced by the
+    /// long indices of its nonzero elements, one per mask dimension (the
+    /// arguments unchanged, without a copy, when there is none).
+    pub(super) fn expand_masks(self: &Arc<Self>, op: &str, bound: Vec<Value>) -> Result<Vec<Value>> {
+        let has_mask = |v: &Value| matches!(v, Value::OptTensorList(ts) if ts.iter().flatten().any(is_mask));
+        if !bound.iter().any(has_mask) {
+            return Ok(bound);
+        }
+        // The indexed tensor: every op taking `Tensor?[]` indices indexes its first argument.
+        let base: Vec<i64> = match bound.first() {
+            Some(Value::Tensor(t)) => t.sizes().to_vec(),
+            _ => Vec::new(),
+        };
+        let mut out = Vec::with_capacity(bound.len());
+        for v in bound {
+            let Value::OptTensorList(ts) = v else {
+                out.push(v);
+                continue;
+            };
+            let mut indices = Vec::with_capacity(ts.len());
+            // The dimension of `base` the next index applies to.
+            let mut dim = 0;
+            for (i, t) in ts.into_iter().enumerate() {
+                match t {
+                    Some(m) if is_mask(&m) => {
+                        let covered = base.get(dim..dim + m.sizes().len());
+                        if covered != Some(m.sizes()) {
+                            return Err(Error::IndexOutOfRange {
+                                op: op.to_string(),
+                                msg: format!(
+                                    "the shape of the mask {} at index {i} does not match the shape of the indexed tensor {}",
+                                    shape::fmt(m.sizes()),
+                                    shape::fmt(&base),
+                                ),
+                            });
+                        }
+                        dim += m.sizes().len();
+                        let nz = self.nonzero(&m)?;
+                        for d in 0..m.sizes().len() {
+                            let column = self.call1("aten::select.int", &[(&nz).into(), Value::Int(1), Value::Int(d as i64)])?;
+                            indices.push(Some(column));
+                        }
+                    }
+                    other => {
+                        dim += 1;
+                        indices.push(other)
+                    }
+                }
+            }
+            out.push(Value::OptTensorList(indices));
+        }
+        Ok(out)
+    }
+}
