@@ -95,11 +95,16 @@ fn advanced_index_places_batch_dims() {
 }
 
 #[test]
-fn bool_mask_index_is_unimplemented() {
+fn bool_mask_index_selects_the_true_elements() {
+    // The runtime's dispatch expands masks (as PyTorch indexes), for every frontend.
     let rt = rt();
     let x = i64s(&rt, &[1, 2, 3], &[3]);
     let mask = rt.tensor_from_host(&[1, 0, 1], DType::Bool, &[3], 0).unwrap();
-    let e = rt.call("aten::index.Tensor", &[(&x).into(), Value::OptTensorList(vec![Some(mask)])]).unwrap_err();
-    assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.to_string().contains("nonzero"), "{e}");
+    let out = rt.call1("aten::index.Tensor", &[(&x).into(), Value::OptTensorList(vec![Some(mask)])]).unwrap();
+    assert_eq!(host_i64(&rt, &out), vec![1, 3]);
+    // A mask must have the shape of the dimensions it indexes.
+    let short = rt.tensor_from_host(&[1, 0], DType::Bool, &[2], 0).unwrap();
+    let e = rt.call("aten::index.Tensor", &[(&x).into(), Value::OptTensorList(vec![Some(short)])]).unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange);
+    assert!(e.to_string().contains("the shape of the mask [2] at index 0 does not match the shape of the indexed tensor [3]"), "{e}");
 }
