@@ -20,7 +20,7 @@ use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::shape::{self, Dims};
 
 use super::common::{materialize, Ew};
-use super::{Cx, Builder};
+use super::{Builder, Composite, Cx};
 
 pub fn register(r: &mut Builder) {
     register_dim_ops(r);
@@ -832,6 +832,7 @@ fn masked_scatter(cx: &mut Cx, x: V, mask: V, source: V) -> Result<V> {
 }
 
 fn register_masked(r: &mut Builder) {
+    r.composite("aten::masked_select(Tensor self, Tensor mask) -> Tensor", Composite::MaskedSelect);
     r.op_and_inplace("aten::masked_scatter(Tensor self, Tensor mask, Tensor source) -> Tensor", |cx, a| {
         Ok(vec![masked_scatter(cx, a.tensor(0)?, a.tensor(1)?, a.tensor(2)?)?])
     });

@@ -34,7 +34,6 @@ pub fn register(r: &mut Builder) {
     // `nonzero` itself has a data-dependent shape; a frontend reads the
     // count and calls this with it (as PyTorch's own nonzero syncs on CUDA).
     r.composite("aten::nonzero(Tensor self) -> Tensor", Composite::Nonzero);
-    r.composite("aten::masked_select(Tensor self, Tensor mask) -> Tensor", Composite::MaskedSelect);
     r.op("aten::nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor", |cx, a| {
         Ok(vec![nonzero_static(cx, a.tensor(0)?, a.int(1)?, a.int(2)?)?])
     });

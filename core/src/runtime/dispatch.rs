@@ -19,10 +19,7 @@ use crate::shape;
 use crate::tensor::{Scalar, Tensor, Value};
 
 fn tensor_arg<'a>(op: &str, bound: &'a [Value], i: usize) -> Result<&'a Tensor> {
-    match bound.get(i) {
-        Some(Value::Tensor(t)) => Ok(t),
-        other => Err(Error::op(op, format!("argument {i} must be a tensor, not {}", other.map_or("nothing", |v| v.type_name())))),
-    }
+    bound.get(i).and_then(Value::as_tensor).ok_or_else(|| Error::op(op, format!("argument {i} must be a tensor")))
 }
 
 fn is_mask(t: &Tensor) -> bool {
@@ -54,8 +51,8 @@ impl Runtime {
             Composite::NativeBatchNorm => {
                 // (input, weight, bias, running_mean, running_var, training, momentum, eps)
                 let arg = |i: usize| bound.get(i).cloned().unwrap_or(Value::None);
-                let stats = matches!(arg(3), Value::Tensor(_)) && matches!(arg(4), Value::Tensor(_));
-                let training = matches!(arg(5), Value::Bool(true));
+                let stats = [3, 4].iter().all(|&i| bound.get(i).and_then(Value::as_tensor).is_some());
+                let training = matches!(bound.get(5), Some(Value::Bool(true)));
                 if !stats {
                     self.call("aten::_native_batch_norm_legit.no_stats", &[arg(0), arg(1), arg(2), arg(5), arg(6), arg(7)])
                 } else if !training {
@@ -73,11 +70,7 @@ impl Runtime {
         let ne = self.call1("aten::ne.Scalar", &[x.into(), Value::Scalar(Scalar::Int(0))])?;
         let count = self.call1("aten::sum", &[ne.into(), Value::DType(DType::I64)])?;
         let bytes = self.tensor_to_host(&count)?;
-        let n = bytes
-            .get(..8)
-            .and_then(|b| b.try_into().ok())
-            .map(i64::from_ne_bytes)
-            .ok_or_else(|| Error::Internal("nonzero: the count is not one int64".into()))?;
+        let n = i64::from_ne_bytes(bytes[..8].try_into().expect("an int64 scalar is 8 bytes"));
         self.call1("aten::nonzero_static", &[x.into(), Value::Int(n), Value::Int(-1)])
     }
 

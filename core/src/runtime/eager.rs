@@ -50,8 +50,11 @@ impl Runtime {
         let id = reg.lookup(name)?;
         let def = reg.get(id);
         let _span = tracing::debug_span!("op", op = def.name()).entered();
-        let category = if current_mode() == ExecMode::DeferAndFuse { Category::Record } else { Category::Op };
-        let _trace = trace::span(category, def.name(), None);
+        // The mode is read only while tracing: off, a call pays one atomic load.
+        let _trace = trace::enabled().then(|| {
+            let category = if current_mode() == ExecMode::DeferAndFuse { Category::Record } else { Category::Op };
+            trace::span(category, def.name(), None)
+        });
         let bound = def.bind(args)?;
         if let Some(kind) = def.composite {
             return self.composite(def, kind, &bound);
