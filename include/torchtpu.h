@@ -20,7 +20,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 4
+#define TTPU_API_MINOR 5
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -689,8 +689,21 @@ struct ttpu_error_t *ttpu_op_call(const struct ttpu_runtime_t *runtime,
                                   size_t capacity,
                                   size_t *out_count);
 
-// Whether an op named `name` is registered.
+// Whether an op named `name` is registered, or is an `out=` form the
+// runtime derives by name (see `ttpu_op_declare`).
 bool ttpu_op_exists(const char *name);
+
+// Writes to `*out_supported` whether the runtime runs the op that the aten
+// declaration `decl` declares, with exactly those arguments, e.g.
+// `"aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"`.
+// A frontend that has its own schemas (PyTorch) asks once per op before
+// calling it by name. An `out=` form (`X.out`, `X.ov_out`) is derived from
+// the functional op that takes exactly its inputs (by name and type) and
+// runs as that op followed by a copy into each `out`; `ttpu_op_call` with
+// the name alone derives it from the first functional overload that exists
+// (`X.ov`, `X.Tensor`, then `X`). A declaration the runtime cannot parse is
+// unsupported, not an error.
+struct ttpu_error_t *ttpu_op_declare(const char *decl, bool *out_supported);
 
 // The number of registered ops.
 size_t ttpu_op_count(void);

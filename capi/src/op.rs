@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use torchtpu_core::{op_c_name, op_count, op_id, op_result_count, Error, Result, Scalar, Tensor, Value};
+use torchtpu_core::{op_c_name, op_count, op_declare, op_id, op_result_count, Error, Result, Scalar, Tensor, Value};
 
 use crate::error::ttpu_error_t;
 use crate::ffi::{check_out, slice_arg, str_arg, write_out, Handle};
@@ -170,11 +170,31 @@ pub unsafe extern "C" fn ttpu_op_call(
     })
 }
 
-/// Whether an op named `name` is registered.
+/// Whether an op named `name` is registered, or is an `out=` form the
+/// runtime derives by name (see `ttpu_op_declare`).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_exists(name: *const c_char) -> bool {
     crate::ffi::no_panic(false, || {
         !name.is_null() && CStr::from_ptr(name).to_str().is_ok_and(|n| op_id(n).is_ok())
+    })
+}
+
+/// Writes to `*out_supported` whether the runtime runs the op that the aten
+/// declaration `decl` declares, with exactly those arguments, e.g.
+/// `"aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)"`.
+/// A frontend that has its own schemas (PyTorch) asks once per op before
+/// calling it by name. An `out=` form (`X.out`, `X.ov_out`) is derived from
+/// the functional op that takes exactly its inputs (by name and type) and
+/// runs as that op followed by a copy into each `out`; `ttpu_op_call` with
+/// the name alone derives it from the first functional overload that exists
+/// (`X.ov`, `X.Tensor`, then `X`). A declaration the runtime cannot parse is
+/// unsupported, not an error.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_op_declare(decl: *const c_char, out_supported: *mut bool) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let decl = str_arg(decl, "ttpu_op_declare: decl")?;
+        check_out(out_supported, "ttpu_op_declare")?;
+        write_out(out_supported, "ttpu_op_declare", op_declare(decl)?)
     })
 }
 

@@ -385,6 +385,27 @@ void write_into(const at::Tensor& dst, torchtpu::Tensor value, bool fresh) {
   }
 }
 
+void adopt(const at::Tensor& dst, torchtpu::Tensor r) {
+  if (r.shape() == dst.sizes().vec()) return;
+  TpuStorage* s = storage_of(dst);
+  bool same = false;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    same = s->base && r.same_storage(s->base);
+  }
+  c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
+  if (same) {
+    impl->set_sizes_contiguous(r.shape());
+    return;
+  }
+  const int64_t numel = r.storage_numel();
+  const int64_t offset = r.offset();
+  const std::vector<int64_t> sizes = r.shape(), strides = r.strides();
+  replace_storage(dst.storage().unsafeGetStorageImpl(), static_cast<size_t>(numel) * dst.element_size(),
+                  static_cast<c10::DeviceIndex>(r.device()), r.view({numel}, {1}, 0));
+  impl->set_sizes_and_strides(sizes, strides, offset);
+}
+
 void replace_storage(c10::StorageImpl* impl, size_t nbytes, c10::DeviceIndex device, torchtpu::Tensor base) {
   auto* s = new TpuStorage();
   s->nbytes = nbytes;

@@ -17,6 +17,8 @@
 #include <torch/library.h>
 
 #include <deque>
+#include <sstream>
+#include <unordered_map>
 #include <optional>
 #include <set>
 
@@ -154,29 +156,18 @@ struct Call {
     }
   }
 
-  bool aliases_input(const torchtpu::Tensor& r) const {
-    for (const torchtpu::Tensor& in : inputs) {
-      if (r.same_storage(in)) return true;
-    }
-    return false;
-  }
 };
-
-// An out= variant: a keyword-only argument the op writes.
-bool is_out(const c10::FunctionSchema& s) {
-  for (const c10::Argument& a : s.arguments()) {
-    if (a.kwarg_only() && a.alias_info() != nullptr && a.alias_info()->isWrite()) return true;
-  }
-  return false;
-}
 
 bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
   return a != nullptr && b != nullptr && a->beforeSets() == b->beforeSets();
 }
 
-// Pushes the schema's returns: a mutated argument itself, a view as PyTorch
-// metadata over its base, or a new tensor.
-void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args, Call& call,
+// Pushes the schema's returns: a mutated argument itself (taking the
+// runtime's value when that is another shape or storage: an out= of another
+// shape, a grown resize_), a view as PyTorch metadata over its base, or a
+// new tensor (core never returns an input's storage unless the schema says
+// so).
+void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
                   std::vector<torchtpu::Tensor> results, torch::jit::Stack* stack) {
   size_t next = 0;
   for (const c10::Argument& ret : schema.returns()) {
@@ -195,6 +186,7 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
       TORCH_CHECK(i < args.size(), full_name(schema), ": no argument matches the alias of a return");
       const at::Tensor& base = args[i].toTensor();
       if (alias->isWrite()) {
+        adopt(base, std::move(r));
         stack->emplace_back(base);
       } else {
         stack->emplace_back(at::native::as_strided_tensorimpl(base, r.shape(), r.strides(), r.offset()));
@@ -205,84 +197,7 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
       stack->emplace_back(at::Tensor());
       continue;
     }
-    if (call.aliases_input(r)) {
-      try {
-        r = torchtpu::call1(runtime(), "aten::clone", r, std::nullopt);
-      } catch (const torchtpu::Error& e) {
-        rethrow(e);
-      }
-    }
     stack->emplace_back(wrap(std::move(r)));
-  }
-}
-
-// Whether `f` takes exactly the inputs of `schema` (its arguments other than
-// the out= ones), by name and type: `clamp_min.Tensor_out` must not map to
-// `clamp_min`, which takes a Scalar.
-bool same_inputs(const c10::FunctionSchema& schema, const c10::FunctionSchema& f) {
-  size_t inputs = 0;
-  for (const c10::Argument& a : schema.arguments()) {
-    const bool out = a.kwarg_only() && a.alias_info() != nullptr && a.alias_info()->isWrite();
-    if (out) continue;
-    ++inputs;
-    auto idx = f.argumentIndexWithName(a.name());
-    if (!idx || *f.arguments()[*idx].type() != *a.type()) return false;
-  }
-  return inputs == f.arguments().size();
-}
-
-// The functional overload of an in-place or out= op, if the runtime has it:
-// `add_.Tensor` -> `add.Tensor`, `add.out` -> `add.Tensor` or `add`.
-std::optional<c10::OperatorHandle> functional_of(const c10::FunctionSchema& schema) {
-  std::vector<std::pair<std::string, std::string>> candidates;
-  const std::string& n = schema.name();
-  const std::string& ov = schema.overload_name();
-  if (!n.empty() && n.back() == '_') candidates.emplace_back(n.substr(0, n.size() - 1), ov);
-  if (is_out(schema)) {
-    const std::string base = ov == "out" ? "" : (ov.size() > 4 && ov.substr(ov.size() - 4) == "_out")
-                                                   ? ov.substr(0, ov.size() - 4)
-                                                   : ov;
-    for (const std::string& o : {base, std::string("Tensor"), std::string()}) candidates.emplace_back(n, o);
-  }
-  for (const auto& [name, overload] : candidates) {
-    const std::string full = overload.empty() ? name : name + "." + overload;
-    if (!ttpu_op_exists(full.c_str())) continue;
-    auto h = c10::Dispatcher::singleton().findSchema({name, overload});
-    if (h && same_inputs(schema, h->schema())) return h;
-  }
-  return std::nullopt;
-}
-
-// Runs `schema` through its functional overload `f`: the mutated arguments
-// (self, or the out= tensors) receive the results.
-void run_functional(const c10::FunctionSchema& schema, const c10::OperatorHandle& f,
-                    const std::vector<c10::IValue>& args, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& fs = f.schema();
-  std::vector<c10::IValue> fargs;
-  for (const c10::Argument& fa : fs.arguments()) {
-    auto idx = schema.argumentIndexWithName(fa.name());
-    fargs.push_back(idx ? args[*idx] : (fa.default_value() ? *fa.default_value() : c10::IValue()));
-  }
-  Call call{full_name(fs)};
-  std::vector<torchtpu::Tensor> results = call.run(fs.arguments(), fargs);
-  std::vector<size_t> outs;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const c10::AliasInfo* a = schema.arguments()[i].alias_info();
-    if (a != nullptr && a->isWrite()) outs.push_back(i);
-  }
-  TORCH_CHECK(outs.size() == results.size(), full_name(schema), ": ", outs.size(), " outputs but ", full_name(fs),
-              " returned ", results.size());
-  for (size_t k = 0; k < outs.size(); ++k) {
-    const at::Tensor& dst = args[outs[k]].toTensor();
-    const std::vector<int64_t> shape = results[k].shape();
-    if (is_out(schema) && dst.sizes().vec() != shape) dst.resize_(shape);
-    const bool fresh = !call.aliases_input(results[k]);
-    write_into(dst, std::move(results[k]), fresh);
-  }
-  for (const c10::Argument& ret : schema.returns()) {
-    for (size_t i : outs) {
-      if (same_alias_set(schema.arguments()[i].alias_info(), ret.alias_info())) stack->push_back(args[i]);
-    }
   }
 }
 
@@ -369,6 +284,24 @@ void run_on_device(const c10::OperatorHandle& op, c10::Device device, torch::jit
   op.callBoxed(stack);
 }
 
+// Whether the runtime runs `schema` as PyTorch declares it (an out= form
+// included, which core derives from its functional op), asked once per op.
+bool runtime_runs(const c10::FunctionSchema& schema) {
+  static std::mutex mu;
+  static std::unordered_map<const c10::FunctionSchema*, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(&schema);
+  if (it != known.end()) return it->second;
+  std::ostringstream decl;
+  decl << schema;
+  bool runs = false;
+  if (ttpu_error_t* e = ttpu_op_declare(decl.str().c_str(), &runs)) {
+    ttpu_error_destroy(e);
+    runs = false;
+  }
+  return known.emplace(&schema, runs).first->second;
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string name = full_name(schema);
@@ -377,19 +310,13 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     run_on_device(op, *device, stack);
     return;
   }
-  if (ttpu_op_exists(name.c_str())) {
+  if (runtime_runs(schema)) {
     std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
     if (takes_indices(name)) prepare_indices(args);
     Call call{name};
     std::vector<torchtpu::Tensor> results = call.run(schema.arguments(), args);
-    push_returns(schema, args, call, std::move(results), stack);
-    return;
-  }
-  if (auto f = functional_of(schema)) {
-    std::vector<c10::IValue> args(stack->end() - n, stack->end());
-    torch::jit::drop(*stack, n);
-    run_functional(schema, *f, args, stack);
+    push_returns(schema, args, std::move(results), stack);
     return;
   }
   if (cpu_fallback_enabled()) {
@@ -500,32 +427,15 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) { return to_cpu(self).item(); }
 
+// Core resizes (keeping the old elements, growing the storage when it must);
+// `self` takes the result's geometry and, when grown, its storage.
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
-  TORCH_CHECK(!memory_format || *memory_format == c10::MemoryFormat::Contiguous ||
-                  *memory_format == c10::MemoryFormat::Preserve,
-              "tpu tensors support only contiguous resize_");
-  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
-  const int64_t numel = c10::multiply_integers(size);
-  const size_t need = static_cast<size_t>(self.storage_offset() + numel) * self.element_size();
-  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
-  if (need > storage->nbytes()) {
-    torchtpu::Tensor base;
-    if (materialized(self) && storage->nbytes() > 0) {
-      // Keep the old elements, as resize_ does on every device.
-      const int64_t old = static_cast<int64_t>(storage->nbytes() / self.element_size());
-      const int64_t grown = static_cast<int64_t>(need / self.element_size());
-      torchtpu::Tensor flat = storage_of(self)->base.view({old}, {1}, 0);
-      try {
-        base = torchtpu::call1(runtime(), "aten::constant_pad_nd", flat, std::vector<int64_t>{0, grown - old},
-                               torchtpu::Scalar(0));
-      } catch (const torchtpu::Error& e) {
-        rethrow(e);
-      }
-    }
-    replace_storage(storage, need, self.device().index(), std::move(base));
-  }
-  impl->set_sizes_contiguous(size);
+  torchtpu::Tensor r = checked([&] {
+    return torchtpu::call1(runtime(), "aten::resize_", handle_of(self), size.vec(),
+                           memory_format ? torchtpu::Arg(static_cast<int64_t>(*memory_format)) : torchtpu::Arg(std::nullopt));
+  });
+  adopt(self, std::move(r));
   return self;
 }
 

@@ -90,6 +90,12 @@ bool covers_storage(const at::Tensor& t);
 // storage, the storage is rebound to it: no copy, no program. Otherwise the
 // runtime copies through the view.
 void write_into(const at::Tensor& dst, torchtpu::Tensor value, bool fresh);
+// `dst`, an argument an op wrote, takes `r`, the runtime's value of it after
+// the op: nothing changes when `r` has `dst`'s shape; over `dst`'s own
+// storage with another shape (resize_), `dst` takes its sizes; over another
+// storage (an out= of another shape, a grown resize_), every tensor sharing
+// `dst`'s storage is pointed at `r`'s, as PyTorch's resize does.
+void adopt(const at::Tensor& dst, torchtpu::Tensor r);
 // Points every tensor sharing `impl` at a new storage of `nbytes` holding
 // `base` (empty: not yet written).
 void replace_storage(c10::StorageImpl* impl, size_t nbytes, c10::DeviceIndex device, torchtpu::Tensor base);

@@ -17,6 +17,15 @@ pub fn op_id(name: &str) -> Result<usize> {
     registry().lookup(name)
 }
 
+/// Whether the runtime runs the op that aten declaration `decl` declares
+/// (the frontend's own schema, e.g. PyTorch's), with those arguments: an
+/// op registered under that name, or an `out=` form (`X.out`, `X.ov_out`)
+/// derived from a functional op that takes exactly the declared inputs, by
+/// name and type. A declaration the runtime cannot parse is `false`.
+pub fn op_declare(decl: &str) -> Result<bool> {
+    registry().declare(decl)
+}
+
 /// The number of registered ops (built-in and from plugins); ids are
 /// `0..op_count()`.
 pub fn op_count() -> usize {

@@ -1,7 +1,8 @@
-//! Copies and casts: `clone`, `_to_copy` (dtype and device changes) and
-//! `copy_` (broadcasting, casting, across devices, through views).
+//! Copies and casts: `clone`, `_to_copy` (dtype and device changes),
+//! `copy_` (broadcasting, casting, across devices, through views) and
+//! `resize_`.
 
-use super::Builder;
+use super::{Builder, Composite};
 
 pub fn register(r: &mut Builder) {
     r.op("aten::clone(Tensor self, *, MemoryFormat? memory_format=None) -> Tensor", |cx, a| {
@@ -36,4 +37,8 @@ pub fn register(r: &mut Builder) {
     })
     .any_cast()
     .cross_device();
+    r.composite(
+        "aten::resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)",
+        Composite::Resize,
+    );
 }

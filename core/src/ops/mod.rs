@@ -12,6 +12,7 @@
 
 mod amp;
 mod catalog;
+mod variants;
 pub mod common;
 mod copy;
 mod creation;
@@ -37,7 +38,7 @@ use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::tensor::{Scalar, Value};
-pub use catalog::{op_c_name, op_count, op_id, op_result_count};
+pub use catalog::{op_c_name, op_count, op_declare, op_id, op_result_count};
 pub use schema::{ArgType, Schema};
 
 /// A runtime scalar argument: its position in the call and its kind. The
@@ -493,6 +494,17 @@ pub enum Composite {
     /// declaring them mutable: PyTorch's own translation to the
     /// `_native_batch_norm_legit` forms that declare them.
     NativeBatchNorm,
+    /// An `out=` form ([`variants`]): the functional op `functional`, then
+    /// each result written into its `out` tensor with `copy_` semantics
+    /// (the result type must cast to the out's dtype). An `out` of another
+    /// shape is not resized in place: the call returns a new tensor in its
+    /// place, which a frontend with mutable tensors (PyTorch) rebinds.
+    Out { functional: usize },
+    /// `resize_`: a contiguous view of `self`'s storage when it is large
+    /// enough, else of a new storage holding the old elements followed by
+    /// zeros. A storage has a fixed size, so the grown one is a new tensor
+    /// in `self`'s place, which a frontend with mutable tensors rebinds.
+    Resize,
 }
 
 pub struct OpDef {
@@ -685,6 +697,49 @@ impl Registry {
         Ok(())
     }
 
+    /// The id of the op registered as exactly `name`.
+    fn exact(&self, name: &str) -> Option<usize> {
+        self.by_name.read().get(name).copied()
+    }
+
+    /// Registers a derived op, or finds the one another thread derived first.
+    fn add_derived(&self, def: OpDef) -> Result<usize> {
+        let name = def.name().to_string();
+        // A concurrent derivation of the same name may win the race; its op
+        // is the same one.
+        let _ = self.add(vec![def]);
+        self.exact(&name).ok_or_else(|| Error::Internal(format!("{name}: derived op was not registered")))
+    }
+
+    /// Whether the registry runs an op declared as `decl` (an aten
+    /// declaration, as a frontend's own schema gives it): a registered op of
+    /// that name, or an `out=` form derived from a functional op that takes
+    /// exactly the declared inputs, by name and type ([`variants`]).
+    pub fn declare(&self, decl: &str) -> Result<bool> {
+        let name = decl.split('(').next().unwrap_or_default().trim();
+        let registered = self.exact(name).map(|id| self.get(id));
+        // A registered op is taken at its word, however its declaration
+        // spells the types (`int[]` for `SymInt[1]`).
+        if registered.is_some_and(|def| !matches!(def.composite, Some(Composite::Out { .. }))) {
+            return Ok(true);
+        }
+        let schema = match Schema::parse(decl) {
+            Ok(s) => s,
+            // A declaration with types the runtime does not know (Dimname,
+            // complex) names nothing it runs.
+            Err(_) => return Ok(false),
+        };
+        if let Some(def) = registered {
+            // Derived by name first (a C caller asked), perhaps from another
+            // functional overload than `decl` needs.
+            return Ok(variants::matches_decl(def, &schema));
+        }
+        match variants::derive_by_decl(self, &schema) {
+            Some(def) => self.add_derived(def).map(|_| true),
+            None => Ok(false),
+        }
+    }
+
     pub fn get(&self, id: usize) -> &'static OpDef {
         self.ops.read()[id]
     }
@@ -704,8 +759,11 @@ impl Registry {
     /// Finds an op by full name; `aten::relu` also matches an op registered
     /// without an overload name.
     pub fn lookup(&self, name: &str) -> Result<usize> {
-        if let Some(&i) = self.by_name.read().get(name) {
+        if let Some(i) = self.exact(name) {
             return Ok(i);
+        }
+        if let Some(def) = variants::derive_by_name(self, name) {
+            return self.add_derived(def);
         }
         let names = self.names();
         let base = name.split('.').next().unwrap_or(name);

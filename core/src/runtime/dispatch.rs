@@ -7,19 +7,32 @@
 //! - [`Composite`] ops: `nonzero` reads its count on the host once (a sync,
 //!   as on CUDA) and runs `nonzero_static`; `masked_select` is broadcasting
 //!   plus boolean indexing; `native_batch_norm` is PyTorch's translation to
-//!   the `_native_batch_norm_legit` forms.
+//!   the `_native_batch_norm_legit` forms; `out=` forms run their
+//!   functional op and copy into `out`; `resize_` grows a storage;
+//! - a result that the schema does not declare an alias of an argument never
+//!   shares an argument's storage ([`Runtime::unaliased`]).
 
 use std::sync::Arc;
 
 use super::Runtime;
-use crate::dtype::DType;
+use crate::dtype::{can_cast, DType};
 use crate::error::{Error, Result};
-use crate::ops::{Composite, OpDef};
+use crate::ops::{registry, Composite, OpDef};
 use crate::shape;
 use crate::tensor::{Scalar, Tensor, Value};
 
 fn tensor_arg<'a>(op: &str, bound: &'a [Value], i: usize) -> Result<&'a Tensor> {
     bound.get(i).and_then(Value::as_tensor).ok_or_else(|| Error::op(op, format!("argument {i} must be a tensor")))
+}
+
+/// Whether argument `v` holds a tensor over `t`'s storage.
+fn shares_storage(v: &Value, t: &Tensor) -> bool {
+    match v {
+        Value::Tensor(x) => x.same_storage(t),
+        Value::TensorList(xs) => xs.iter().any(|x| x.same_storage(t)),
+        Value::OptTensorList(xs) => xs.iter().flatten().any(|x| x.same_storage(t)),
+        _ => false,
+    }
 }
 
 fn is_mask(t: &Tensor) -> bool {
@@ -48,6 +61,18 @@ impl Runtime {
                 let (x, mask) = (expand(x)?, expand(mask)?);
                 self.call("aten::index.Tensor", &[x.into(), Value::OptTensorList(vec![Some(mask)])])
             }
+            Composite::Out { functional } => self.out_variant(def, functional, bound),
+            Composite::Resize => {
+                let t = tensor_arg(op, bound, 0)?;
+                let Some(Value::IntList(sizes)) = bound.get(1) else {
+                    return Err(Error::Internal(format!("{op}: size is not an int list")));
+                };
+                // PyTorch's MemoryFormat codes: 0 contiguous, 1 preserve.
+                if let Some(v) = bound.get(2).filter(|v| !matches!(v, Value::None | Value::Int(0 | 1))) {
+                    return Err(Error::op(op, format!("tpu tensors support only contiguous resize_ (memory format {v:?})")));
+                }
+                Ok(vec![self.resize(op, t, sizes)?.into()])
+            }
             Composite::NativeBatchNorm => {
                 // (input, weight, bias, running_mean, running_var, training, momentum, eps)
                 let arg = |i: usize| bound.get(i).cloned().unwrap_or(Value::None);
@@ -62,6 +87,75 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// An `out=` form: the functional op, then each result written into its
+    /// `out` (the result's dtype must cast to the out's), or, where the out
+    /// has another shape, returned as a new tensor of the out's dtype.
+    fn out_variant(self: &Arc<Self>, def: &OpDef, functional: usize, bound: &[Value]) -> Result<Vec<Value>> {
+        let op = def.name();
+        let f = registry().get(functional);
+        let n = f.schema.args.len();
+        let results = self.call(f.name(), &bound[..n])?;
+        let mut out = Vec::with_capacity(results.len());
+        for (k, r) in results.into_iter().enumerate() {
+            let dst = tensor_arg(op, bound, n + k)?;
+            let r = r.into_tensor()?;
+            if !can_cast(r.dtype(), dst.dtype()) {
+                return Err(Error::op(
+                    op,
+                    format!("result type {} can't be cast to the desired output type {}", r.dtype(), dst.dtype()),
+                ));
+            }
+            if r.sizes() == dst.sizes() {
+                self.call("aten::copy_", &[dst.into(), r.into()])?;
+                out.push(Value::Tensor(dst.clone()));
+            } else if r.dtype() != dst.dtype() || bound.iter().any(|v| shares_storage(v, &r)) {
+                out.push(self.call1("aten::_to_copy", &[r.into(), Value::DType(dst.dtype())])?.into());
+            } else {
+                out.push(r.into());
+            }
+        }
+        Ok(out)
+    }
+
+    /// `t` resized to contiguous `sizes` at its offset ([`Composite::Resize`]).
+    fn resize(self: &Arc<Self>, op: &str, t: &Tensor, sizes: &[i64]) -> Result<Tensor> {
+        let numel = shape::checked_numel(op, sizes, t.dtype().size())?;
+        let need = t
+            .offset()
+            .checked_add(numel)
+            .ok_or_else(|| Error::op(op, format!("storage size of {} at offset {} overflows", shape::fmt(sizes), t.offset())))?;
+        let strides = shape::contiguous_strides(sizes);
+        let have = t.storage().numel();
+        if need <= have {
+            return t.view_of(op, t.offset(), sizes, &strides);
+        }
+        // The old elements, then zeros (XLA has no uninitialized memory).
+        let flat = t.view_of(op, 0, &[have], &[1])?;
+        let grown =
+            self.call1("aten::constant_pad_nd", &[flat.into(), Value::IntList(vec![0, need - have]), Value::Scalar(Scalar::Int(0))])?;
+        grown.view_of(op, t.offset(), sizes, &strides)
+    }
+
+    /// `values` (a call's results) with every tensor that the schema does
+    /// not declare an alias of an argument, yet shares an argument's storage
+    /// (a view kernel's result), replaced by a copy: the frontends may treat
+    /// such a result as theirs alone.
+    pub(super) fn unaliased(self: &Arc<Self>, def: &OpDef, bound: &[Value], values: Vec<Value>) -> Result<Vec<Value>> {
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(r, v)| match v {
+                Value::Tensor(t)
+                    if def.schema.return_alias.get(r).is_some_and(Option::is_none)
+                        && bound.iter().any(|b| shares_storage(b, &t)) =>
+                {
+                    Ok(self.call1("aten::clone", &[t.into()])?.into())
+                }
+                other => Ok(other),
+            })
+            .collect()
     }
 
     /// The indices of `x`'s nonzero elements, `[count, rank]` (long): the

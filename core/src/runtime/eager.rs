@@ -64,7 +64,7 @@ impl Runtime {
             if let Some(out) = view(&bound)? {
                 let out = self.make_views(def.name(), out)?;
                 Stats::bump(&self.stats.view_ops);
-                return Ok(out);
+                return self.unaliased(def, &bound, out);
             }
         }
         self.run(id, def, &bound)
