@@ -957,6 +957,16 @@ class Arg {
   std::optional<ttpu_value_t> scalar_;
 };
 
+/// Whether the runtime runs the op that aten declaration `decl` declares,
+/// with exactly those arguments (see `ttpu_op_declare`): an out= form whose
+/// name does not say so (`aten::max.dim_max(...)`) is derived from the
+/// functional op that takes its inputs.
+inline bool op_declare(const std::string& decl) {
+  bool supported = false;
+  detail::check(ttpu_op_declare(decl.c_str(), &supported));
+  return supported;
+}
+
 /// The most results one `call` accepts (a `Tensor[]` result counts each
 /// element); an op returning more fails with RESOURCE_EXHAUSTED.
 inline constexpr std::size_t kMaxResults = 256;
