@@ -229,6 +229,12 @@ enum ttpu_value_kind
   // from that generator instead of the device's default. The handle is
   // borrowed for the call only. Since API 1.3.
   TTPU_VALUE_KIND_GENERATOR = 13,
+  // `ptr` is a `const ttpu_view_t*`, or NULL (None): a view of a storage
+  // given by its geometry, with no handle of its own. Since API 1.5.
+  TTPU_VALUE_KIND_VIEW = 14,
+  // `ptr` is a `const ttpu_view_t*` of `len` entries; an entry whose
+  // `storage` is NULL is None (for `Tensor?[]` arguments). Since API 1.5.
+  TTPU_VALUE_KIND_VIEW_LIST = 15,
 };
 #ifndef __cplusplus
 typedef int32_t ttpu_value_kind;
@@ -322,6 +328,28 @@ typedef struct ttpu_value_t {
   const void *ptr;
   size_t len;
 } ttpu_value_t;
+
+// One result of `ttpu_op_call_id`: its storage and geometry together.
+// Since API 1.5.
+typedef struct ttpu_result_t {
+  // The result, a new handle the caller frees with `ttpu_tensor_destroy`;
+  // NULL for a None result, and when `arg` is set.
+  struct ttpu_tensor_t *tensor;
+  // The index of the argument the result is (same storage and geometry:
+  // an in-place op's return), with no new handle; -1 otherwise.
+  int64_t arg;
+  // A `ttpu_dtype`.
+  int32_t dtype;
+  int64_t device;
+  // The geometry, in elements: `sizes` and `strides` point into `tensor`
+  // (valid while it lives) and are NULL when it is NULL.
+  int64_t offset;
+  size_t ndim;
+  const int64_t *sizes;
+  const int64_t *strides;
+  // The element count of the whole storage the result views.
+  int64_t storage_numel;
+} ttpu_result_t;
 
 // A loaded plugin. Strings are NUL-terminated and live until the process
 // exits (plugins are never unloaded). Set `struct_size` before calling.
@@ -508,6 +536,20 @@ typedef struct ttpu_trace_span_t {
   size_t detail_len;
 } ttpu_trace_span_t;
 
+// A tensor argument given as a storage plus a geometry: the view
+// `(offset, sizes[0..ndim], strides[0..ndim])`, in elements and absolute in
+// the storage (as `ttpu_tensor_view` takes it), of the storage that the
+// tensor `storage` views (its own geometry is ignored). A frontend that
+// keeps one handle per storage passes its views without making a handle
+// for each. Everything is borrowed for the call only. Since API 1.5.
+typedef struct ttpu_view_t {
+  const struct ttpu_tensor_t *storage;
+  const int64_t *sizes;
+  const int64_t *strides;
+  size_t ndim;
+  int64_t offset;
+} ttpu_view_t;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -692,6 +734,26 @@ struct ttpu_error_t *ttpu_op_call(const struct ttpu_runtime_t *runtime,
 // Whether an op named `name` is registered, or is an `out=` form the
 // runtime derives by name (see `ttpu_op_declare`).
 bool ttpu_op_exists(const char *name);
+
+// Writes the id of the op called `name` to `*out_id`, for
+// `ttpu_op_call_id`: ids are stable for the life of the process. Fails with
+// NOT_FOUND, suggesting near names, for an unknown op. Since API 1.5.
+struct ttpu_error_t *ttpu_op_lookup(const char *name, size_t *out_id);
+
+// Calls op `op_id` (from `ttpu_op_lookup`) with `args[0..nargs]`, as
+// `ttpu_op_call` does, in one crossing: tensor arguments may be
+// `TTPU_VALUE_KIND_VIEW` (a storage plus a geometry, no handle), and each
+// result comes back with its geometry in `results[0..*out_count]`. A result
+// that is one of the arguments (an in-place op's return: same storage and
+// geometry) sets `arg` and gets no handle. Capacity errors are as for
+// `ttpu_op_call`. The launch is asynchronous as for any op. Since API 1.5.
+struct ttpu_error_t *ttpu_op_call_id(const struct ttpu_runtime_t *runtime,
+                                     size_t op_id,
+                                     const struct ttpu_value_t *args,
+                                     size_t nargs,
+                                     struct ttpu_result_t *results,
+                                     size_t capacity,
+                                     size_t *out_count);
 
 // Writes to `*out_supported` whether the runtime runs the op that the aten
 // declaration `decl` declares, with exactly those arguments, e.g.

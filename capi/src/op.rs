@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use torchtpu_core::{op_c_name, op_count, op_declare, op_id, op_result_count, Error, Result, Scalar, Tensor, Value};
+use torchtpu_core::{op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id, Error, Result, Scalar, Tensor, Value};
 
 use crate::error::ttpu_error_t;
 use crate::ffi::{check_out, slice_arg, str_arg, write_out, Handle};
@@ -47,6 +47,52 @@ pub enum ttpu_value_kind {
     /// from that generator instead of the device's default. The handle is
     /// borrowed for the call only. Since API 1.3.
     Generator = 13,
+    /// `ptr` is a `const ttpu_view_t*`, or NULL (None): a view of a storage
+    /// given by its geometry, with no handle of its own. Since API 1.5.
+    View = 14,
+    /// `ptr` is a `const ttpu_view_t*` of `len` entries; an entry whose
+    /// `storage` is NULL is None (for `Tensor?[]` arguments). Since API 1.5.
+    ViewList = 15,
+}
+
+/// A tensor argument given as a storage plus a geometry: the view
+/// `(offset, sizes[0..ndim], strides[0..ndim])`, in elements and absolute in
+/// the storage (as `ttpu_tensor_view` takes it), of the storage that the
+/// tensor `storage` views (its own geometry is ignored). A frontend that
+/// keeps one handle per storage passes its views without making a handle
+/// for each. Everything is borrowed for the call only. Since API 1.5.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ttpu_view_t {
+    pub storage: *const ttpu_tensor_t,
+    pub sizes: *const i64,
+    pub strides: *const i64,
+    pub ndim: usize,
+    pub offset: i64,
+}
+
+/// One result of `ttpu_op_call_id`: its storage and geometry together.
+/// Since API 1.5.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ttpu_result_t {
+    /// The result, a new handle the caller frees with `ttpu_tensor_destroy`;
+    /// NULL for a None result, and when `arg` is set.
+    pub tensor: *mut ttpu_tensor_t,
+    /// The index of the argument the result is (same storage and geometry:
+    /// an in-place op's return), with no new handle; -1 otherwise.
+    pub arg: i64,
+    /// A `ttpu_dtype`.
+    pub dtype: i32,
+    pub device: i64,
+    /// The geometry, in elements: `sizes` and `strides` point into `tensor`
+    /// (valid while it lives) and are NULL when it is NULL.
+    pub offset: i64,
+    pub ndim: usize,
+    pub sizes: *const i64,
+    pub strides: *const i64,
+    /// The element count of the whole storage the result views.
+    pub storage_numel: i64,
 }
 
 /// One argument or result of `ttpu_op_call`, tagged by `kind`.
@@ -65,8 +111,25 @@ unsafe fn tensor_ptr<'a>(p: *const c_void, what: &str) -> Result<&'a Tensor> {
     Ok(&ttpu_tensor_t::borrow(p as *const ttpu_tensor_t, what)?.t)
 }
 
+/// The tensor a `ttpu_view_t` describes; None for a NULL pointer or storage.
+unsafe fn view_ptr(p: *const ttpu_view_t, what: &str) -> Result<Option<Tensor>> {
+    let Some(v) = p.as_ref() else { return Ok(None) };
+    if v.storage.is_null() {
+        return Ok(None);
+    }
+    let base = &ttpu_tensor_t::borrow(v.storage, what)?.t;
+    let sizes = slice_arg(v.sizes, v.ndim, what)?;
+    let strides = slice_arg(v.strides, v.ndim, what)?;
+    base.view_of(what, v.offset, sizes, strides).map(Some)
+}
+
+/// Argument `pos` of a call of `op` as a value. The messages name the
+/// argument; the name is only formatted for a bad argument.
 unsafe fn to_value(v: &ttpu_value_t, op: &str, pos: usize) -> Result<Value> {
-    let what = format!("{op}: argument {pos}");
+    value_of(v, op).or_else(|_| value_of(v, &format!("{op}: argument {pos}")))
+}
+
+unsafe fn value_of(v: &ttpu_value_t, what: &str) -> Result<Value> {
     Ok(match v.kind {
         0 => Value::None,
         1 => Value::Tensor(tensor_ptr(v.ptr, &what)?.clone()),
@@ -97,6 +160,16 @@ unsafe fn to_value(v: &ttpu_value_t, op: &str, pos: usize) -> Result<Value> {
         11 => Value::Scalar(Scalar::Bool(v.i != 0)),
         12 => Value::DType(dtype_arg(v.i as i32, &what)?),
         13 => Value::Generator(ttpu_generator_t::borrow(v.ptr as *const ttpu_generator_t, &what)?.g.clone()),
+        14 => view_ptr(v.ptr as *const ttpu_view_t, &what)?.map_or(Value::None, Value::Tensor),
+        15 => {
+            let views = slice_arg(v.ptr as *const ttpu_view_t, v.len, &what)?;
+            let ts: Vec<Option<Tensor>> = views.iter().map(|w| view_ptr(w, &what)).collect::<Result<_>>()?;
+            if ts.iter().all(Option::is_some) {
+                Value::TensorList(ts.into_iter().flatten().collect())
+            } else {
+                Value::OptTensorList(ts)
+            }
+        }
         k => return Err(Error::InvalidArgument(format!("{what}: unknown value kind {k}"))),
     })
 }
@@ -107,6 +180,26 @@ fn none() -> ttpu_value_t {
 
 fn tensor_value(t: Tensor) -> ttpu_value_t {
     ttpu_value_t { kind: ttpu_value_kind::Tensor as i32, ptr: ttpu_tensor_t::new(t) as *const c_void, ..none() }
+}
+
+/// A call's results, one per tensor (a `Tensor[]` flattened), checked
+/// against the caller's capacity.
+fn flatten(name: &str, results: Vec<Value>, capacity: usize) -> Result<Vec<Option<Tensor>>> {
+    let mut flat: Vec<Option<Tensor>> = Vec::with_capacity(results.len());
+    for v in results {
+        match v {
+            Value::Tensor(t) => flat.push(Some(t)),
+            Value::TensorList(ts) => flat.extend(ts.into_iter().map(Some)),
+            Value::None => flat.push(None),
+            other => {
+                return Err(Error::Internal(format!("{name}: result of type {} is not supported by the C ABI", other.type_name())))
+            }
+        }
+    }
+    if flat.len() > capacity {
+        return Err(Error::ResourceExhausted(format!("{name} returns {} values but the results have capacity {capacity}", flat.len())));
+    }
+    Ok(flat)
 }
 
 /// Calls the op `name` (e.g. "aten::add.Tensor") with `args[0..nargs]`
@@ -141,24 +234,7 @@ pub unsafe extern "C" fn ttpu_op_call(
         if let Some(n) = op_result_count(name)?.filter(|&n| n > capacity) {
             return Err(Error::ResourceExhausted(format!("{name} returns {n} values but out_values has capacity {capacity}")));
         }
-        let results = r.rt.call(name, &values)?;
-        let mut flat: Vec<Option<Tensor>> = Vec::new();
-        for v in results {
-            match v {
-                Value::Tensor(t) => flat.push(Some(t)),
-                Value::TensorList(ts) => flat.extend(ts.into_iter().map(Some)),
-                Value::None => flat.push(None),
-                other => {
-                    return Err(Error::Internal(format!("{name}: result of type {} is not supported by the C ABI", other.type_name())))
-                }
-            }
-        }
-        if flat.len() > capacity {
-            return Err(Error::ResourceExhausted(format!(
-                "{name} returns {} values but out_values has capacity {capacity}",
-                flat.len()
-            )));
-        }
+        let flat = flatten(name, r.rt.call(name, &values)?, capacity)?;
         if !flat.is_empty() {
             check_out(out_values, name)?;
         }
@@ -177,6 +253,92 @@ pub unsafe extern "C" fn ttpu_op_exists(name: *const c_char) -> bool {
     crate::ffi::no_panic(false, || {
         !name.is_null() && CStr::from_ptr(name).to_str().is_ok_and(|n| op_id(n).is_ok())
     })
+}
+
+/// Writes the id of the op called `name` to `*out_id`, for
+/// `ttpu_op_call_id`: ids are stable for the life of the process. Fails with
+/// NOT_FOUND, suggesting near names, for an unknown op. Since API 1.5.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_op_lookup(name: *const c_char, out_id: *mut usize) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let name = str_arg(name, "ttpu_op_lookup: name")?;
+        check_out(out_id, "ttpu_op_lookup")?;
+        write_out(out_id, "ttpu_op_lookup", op_id(name)?)
+    })
+}
+
+/// Calls op `op_id` (from `ttpu_op_lookup`) with `args[0..nargs]`, as
+/// `ttpu_op_call` does, in one crossing: tensor arguments may be
+/// `TTPU_VALUE_KIND_VIEW` (a storage plus a geometry, no handle), and each
+/// result comes back with its geometry in `results[0..*out_count]`. A result
+/// that is one of the arguments (an in-place op's return: same storage and
+/// geometry) sets `arg` and gets no handle. Capacity errors are as for
+/// `ttpu_op_call`. The launch is asynchronous as for any op. Since API 1.5.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_op_call_id(
+    runtime: *const ttpu_runtime_t,
+    op_id: usize,
+    args: *const ttpu_value_t,
+    nargs: usize,
+    results: *mut ttpu_result_t,
+    capacity: usize,
+    out_count: *mut usize,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        const WHAT: &str = "ttpu_op_call_id";
+        let r = ttpu_runtime_t::borrow(runtime, WHAT)?;
+        check_out(out_count, WHAT)?;
+        let c_name = op_c_name(op_id).ok_or_else(|| {
+            Error::InvalidArgument(format!("{WHAT}: op id {op_id} is not below the op count {}", op_count()))
+        })?;
+        let name = c_name.to_str().map_err(|_| Error::Internal(format!("{WHAT}: op {op_id} has a non-UTF-8 name")))?;
+        let raw = slice_arg(args, nargs, name)?;
+        let values: Vec<Value> = raw.iter().enumerate().map(|(i, v)| to_value(v, name, i)).collect::<Result<_>>()?;
+        if let Some(n) = op_result_count_id(op_id)?.filter(|&n| n > capacity) {
+            return Err(Error::ResourceExhausted(format!("{name} returns {n} values but the results have capacity {capacity}")));
+        }
+        let flat = flatten(name, r.rt.call_id(op_id, &values)?, capacity)?;
+        if !flat.is_empty() {
+            check_out(results, name)?;
+        }
+        let n = flat.len();
+        for (i, t) in flat.into_iter().enumerate() {
+            results.add(i).write(result_of(t, &values));
+        }
+        write_out(out_count, name, n)
+    })
+}
+
+/// The C form of one result: the argument it is, or a new handle.
+fn result_of(t: Option<Tensor>, args: &[Value]) -> ttpu_result_t {
+    let empty = ttpu_result_t {
+        tensor: std::ptr::null_mut(),
+        arg: -1,
+        dtype: -1,
+        device: -1,
+        offset: 0,
+        ndim: 0,
+        sizes: std::ptr::null(),
+        strides: std::ptr::null(),
+        storage_numel: 0,
+    };
+    let Some(t) = t else { return empty };
+    let meta = ttpu_result_t {
+        dtype: t.dtype().code(),
+        device: t.device() as i64,
+        offset: t.offset(),
+        ndim: t.sizes().len(),
+        storage_numel: t.storage().numel(),
+        ..empty
+    };
+    let same = |a: &Tensor| a.same_storage(&t) && a.offset() == t.offset() && a.sizes() == t.sizes() && a.strides() == t.strides();
+    if let Some(arg) = args.iter().position(|v| matches!(v, Value::Tensor(a) if same(a))) {
+        return ttpu_result_t { arg: arg as i64, ..meta };
+    }
+    let handle = ttpu_tensor_t::new(t);
+    // The handle is boxed: its dims stay where they are while it lives.
+    let h = unsafe { &*handle };
+    ttpu_result_t { tensor: handle, sizes: h.t.sizes().as_ptr(), strides: h.t.strides().as_ptr(), ..meta }
 }
 
 /// Writes to `*out_supported` whether the runtime runs the op that the aten

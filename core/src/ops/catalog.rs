@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 
 use super::registry;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The id of the op called `name`; `aten::relu` also finds an op registered
 /// without an overload name. An unknown name is a `NotFound` error that
@@ -42,8 +42,16 @@ pub fn op_c_name(id: usize) -> Option<&'static CStr> {
 /// How many values a call of the op `name` returns, when its schema fixes
 /// that: `None` when a `Tensor[]` return makes it depend on the arguments.
 pub fn op_result_count(name: &str) -> Result<Option<usize>> {
+    op_result_count_id(op_id(name)?)
+}
+
+/// As [`op_result_count`] for the op with id `id`.
+pub fn op_result_count_id(id: usize) -> Result<Option<usize>> {
     let reg = registry();
-    let returns = &reg.get(reg.lookup(name)?).schema.returns;
+    if id >= reg.len() {
+        return Err(Error::InvalidArgument(format!("op id {id} is not below the op count {}", reg.len())));
+    }
+    let returns = &reg.get(id).schema.returns;
     Ok((!returns.iter().any(|t| t == "Tensor[]")).then_some(returns.len()))
 }
 

@@ -38,7 +38,7 @@ use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::tensor::{Scalar, Value};
-pub use catalog::{op_c_name, op_count, op_declare, op_id, op_result_count};
+pub use catalog::{op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id};
 pub use schema::{ArgType, Schema};
 
 /// A runtime scalar argument: its position in the call and its kind. The

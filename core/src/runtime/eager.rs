@@ -46,9 +46,20 @@ impl Runtime {
         if self.client().is_closed() {
             return Err(crate::pjrt::closed_error().in_op(name));
         }
+        self.call_id(registry().lookup(name)?, args)
+    }
+
+    /// As [`Runtime::call`] for the op with id `id` ([`crate::op_id`]): a
+    /// caller that looked the op up once skips the lookup by name.
+    pub fn call_id(self: &Arc<Self>, id: usize, args: &[Value]) -> Result<Vec<Value>> {
         let reg = registry();
-        let id = reg.lookup(name)?;
+        if id >= reg.len() {
+            return Err(Error::InvalidArgument(format!("op id {id} is not below the op count {}", reg.len())));
+        }
         let def = reg.get(id);
+        if self.client().is_closed() {
+            return Err(crate::pjrt::closed_error().in_op(def.name()));
+        }
         let _span = tracing::debug_span!("op", op = def.name()).entered();
         // The mode is read only while tracing: off, a call pays one atomic load.
         let _trace = trace::enabled().then(|| {
