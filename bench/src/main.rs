@@ -4,13 +4,19 @@
 //!    1024 f32), against executing the very same cached StableHLO directly
 //!    through PJRT with pre-uploaded buffers. Both synchronous (wait for each
 //!    result) and pipelined (launch N, then wait).
-//! 2. GFLOP/s of a 1024x1024 f32 matmul (`aten::mm`), against direct PJRT.
+//! 2. The same op through the C ABI, as a frontend calls it: by name with a
+//!    handle per argument and result (`ttpu_op_call`), and by op id with
+//!    views and geometry-carrying results (`ttpu_op_call_id`), against the
+//!    direct PJRT execute.
+//! 3. GFLOP/s of a 1024x1024 f32 matmul (`aten::mm`), against direct PJRT.
 //!
 //! Prints medians over several rounds and the ratio runtime / direct.
 //! Run: `cargo run --release -p torchtpu-bench` (after scripts/setup.sh).
 
 use std::sync::Arc;
 use std::time::Instant;
+
+mod capi_rows;
 
 use torchtpu_core::pjrt::{Buffer, CompileOptions, Event};
 use torchtpu_core::{DType, Runtime, RuntimeOptions, Tensor, Value};
@@ -120,6 +126,8 @@ fn main() {
             c.runtime_s / c.direct_s
         );
     }
+
+    capi_rows::print(&ha, &hb, n, |pipelined, iters| compare(&rt, "aten::mul.Tensor", &args, &host, iters, pipelined).direct_s);
 
     let m = 1024usize;
     let (x, hx) = f32_tensor(&rt, m * m, &[m as i64, m as i64], 3);

@@ -3,6 +3,7 @@
 // via the header-only C++ wrapper.
 #include "tpu.h"
 
+
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -10,6 +11,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <c10/util/strides.h>
 
 #include <atomic>
 #include <cstring>
@@ -281,35 +283,58 @@ TpuStorage* storage_of(const at::Tensor& t) {
   return storage_of(t.storage());
 }
 
+namespace {
+
+// The offset of `t` in elements of its TpuStorage (a from_blob storage may
+// start inside ours).
+int64_t element_offset(const at::Tensor& t, const StorageRef& ref) {
+  TORCH_CHECK(ref.byte_offset % t.element_size() == 0, "a ", t.scalar_type(), " tensor cannot view a tpu storage at ",
+              "byte offset ", ref.byte_offset);
+  return t.storage_offset() + static_cast<int64_t>(ref.byte_offset / t.element_size());
+}
+
+// Makes `s->base` hold the storage as `t`'s dtype. Needs `s->mu`.
+void ready_base(TpuStorage* s, const at::Tensor& t) {
+  const auto dtype = static_cast<torchtpu::DType>(t.scalar_type());
+  if (!s->base) {
+    const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
+    s->base = torchtpu::call1(runtime(), "aten::full", std::vector<int64_t>{numel}, torchtpu::Scalar(0), dtype,
+                              std::nullopt, static_cast<int64_t>(s->device));
+  } else if (s->base.dtype() != dtype) {
+    // The storage is read as another dtype (serialization reads and
+    // writes storages as bytes; Tensor.view(dtype)). Runtime storages are
+    // typed, so its bytes are retyped through the host: correct, but a
+    // transfer each time the dtype a storage is read with changes.
+    TORCH_CHECK(s->nbytes % t.element_size() == 0, "a tpu storage of ", s->nbytes, " bytes cannot be read as ",
+                t.scalar_type());
+    const std::vector<uint8_t> bytes = s->base.to_bytes();
+    const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
+    s->base = torchtpu::Tensor::from_bytes(runtime(), bytes.data(), bytes.size(), dtype, {numel}, s->device);
+  }
+}
+
+}  // namespace
+
 torchtpu::Tensor handle_of(const at::Tensor& t) {
   TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
   const StorageRef ref = storage_ref(t.storage());
-  TpuStorage* s = ref.storage;
-  TORCH_CHECK(ref.byte_offset % t.element_size() == 0, "a ", t.scalar_type(), " tensor cannot view a tpu storage at ",
-              "byte offset ", ref.byte_offset);
-  const int64_t offset = t.storage_offset() + static_cast<int64_t>(ref.byte_offset / t.element_size());
-  const auto dtype = static_cast<torchtpu::DType>(t.scalar_type());
-  try {
-    std::lock_guard<std::mutex> lock(s->mu);
-    if (!s->base) {
-      const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
-      s->base = torchtpu::call1(runtime(), "aten::full", std::vector<int64_t>{numel}, torchtpu::Scalar(0), dtype,
-                                std::nullopt, static_cast<int64_t>(s->device));
-    } else if (s->base.dtype() != dtype) {
-      // The storage is read as another dtype (serialization reads and
-      // writes storages as bytes; Tensor.view(dtype)). Runtime storages are
-      // typed, so its bytes are retyped through the host: correct, but a
-      // transfer each time the dtype a storage is read with changes.
-      TORCH_CHECK(s->nbytes % t.element_size() == 0, "a tpu storage of ", s->nbytes, " bytes cannot be read as ",
-                  t.scalar_type());
-      const std::vector<uint8_t> bytes = s->base.to_bytes();
-      const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
-      s->base = torchtpu::Tensor::from_bytes(runtime(), bytes.data(), bytes.size(), dtype, {numel}, s->device);
-    }
-    return s->base.view(t.sizes().vec(), t.strides().vec(), offset);
-  } catch (const torchtpu::Error& e) {
-    rethrow(e);
-  }
+  const int64_t offset = element_offset(t, ref);
+  return checked([&] {
+    std::lock_guard<std::mutex> lock(ref.storage->mu);
+    ready_base(ref.storage, t);
+    return ref.storage->base.view(t.sizes().vec(), t.strides().vec(), offset);
+  });
+}
+
+StorageView storage_view(const at::Tensor& t) {
+  TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
+  const StorageRef ref = storage_ref(t.storage());
+  const int64_t offset = element_offset(t, ref);
+  return checked([&] {
+    std::lock_guard<std::mutex> lock(ref.storage->mu);
+    ready_base(ref.storage, t);
+    return StorageView{ref.storage->base.capi(), offset};
+  });
 }
 
 bool download_as_bytes(const at::Tensor& t, void* out) {
@@ -336,25 +361,46 @@ bool download_as_bytes(const at::Tensor& t, void* out) {
   return true;
 }
 
+namespace {
+
+// A tpu tensor over a new storage whose runtime handle is `whole` (viewing
+// all of it), with the given geometry.
+at::Tensor tensor_over(torchtpu::Tensor whole, int64_t storage_numel, c10::ScalarType st, int64_t device,
+                       c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  auto* s = new TpuStorage();
+  s->nbytes = static_cast<size_t>(storage_numel) * c10::elementSize(st);
+  s->device = static_cast<c10::DeviceIndex>(device);
+  s->base = std::move(whole);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), s->nbytes, make_data_ptr(s), allocator(), true);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(st));
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return t;
+}
+
+}  // namespace
+
 at::Tensor wrap(torchtpu::Tensor r) {
-  try {
-    auto* s = new TpuStorage();
+  return checked([&] {
     const int64_t numel = r.storage_numel();
-    const auto st = static_cast<c10::ScalarType>(r.dtype());
-    s->nbytes = static_cast<size_t>(numel) * c10::elementSize(st);
-    s->device = static_cast<c10::DeviceIndex>(r.device());
-    const std::vector<int64_t> sizes = r.shape();
-    const std::vector<int64_t> strides = r.strides();
-    const int64_t offset = r.offset();
-    s->base = r.view({numel}, {1}, 0);
-    c10::Storage storage(c10::Storage::use_byte_size_t(), s->nbytes, make_data_ptr(s), allocator(), true);
-    at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
-        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(st));
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-    return t;
-  } catch (const torchtpu::Error& e) {
-    rethrow(e);
-  }
+    const std::vector<int64_t> sizes = r.shape(), strides = r.strides();
+    return tensor_over(r.view({numel}, {1}, 0), numel, static_cast<c10::ScalarType>(r.dtype()), r.device(), sizes,
+                       strides, r.offset());
+  });
+}
+
+at::Tensor wrap(const ttpu_result_t& r, torchtpu::Tensor handle) {
+  return checked([&] {
+    const c10::IntArrayRef sizes(r.sizes, r.ndim), strides(r.strides, r.ndim);
+    // A new result usually is its whole storage, densely: its handle then
+    // serves as the storage's (no second handle).
+    const bool whole = r.offset == 0 && c10::multiply_integers(sizes) == r.storage_numel &&
+                       c10::IntArrayRef(c10::contiguous_strides(sizes)) == strides;
+    const std::vector<int64_t> sz = sizes.vec(), st = strides.vec();
+    torchtpu::Tensor base = whole ? std::move(handle) : handle.view({r.storage_numel}, {1}, 0);
+    return tensor_over(std::move(base), r.storage_numel, static_cast<c10::ScalarType>(r.dtype), r.device, sz, st,
+                       r.offset);
+  });
 }
 
 bool covers_storage(const at::Tensor& t) {

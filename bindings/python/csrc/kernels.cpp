@@ -37,16 +37,72 @@ c10::DeviceIndex tpu_index(const c10::Device& d) { return d.index() >= 0 ? d.ind
 
 // ------------------------------------------------------------ one runtime call
 
-// The arguments of one runtime call: the runtime views of its tensors stay
-// alive (the `Arg`s borrow them) until the results are pushed.
-struct Call {
+// An op the runtime runs, as PyTorch declares it: its id for
+// `ttpu_op_call_id` and its full name, looked up once per operator.
+struct RuntimeOp {
+  bool runs = false;
+  size_t id = 0;
   std::string name;
-  std::deque<torchtpu::Tensor> inputs;
-  // Tensor lists: the `Arg`s borrow these handles too.
-  std::deque<std::vector<torchtpu::Tensor>> lists;
-  std::deque<std::vector<std::optional<torchtpu::Tensor>>> optional_lists;
-  std::vector<Arg> args;
+};
+
+// Whether (and as which op) the runtime runs `schema` as PyTorch declares
+// it, an out= form included (core derives it from its functional op).
+const RuntimeOp& runtime_op(const c10::FunctionSchema& schema) {
+  static std::mutex mu;
+  static std::unordered_map<const c10::FunctionSchema*, RuntimeOp> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(&schema);
+  if (it != known.end()) return it->second;
+  RuntimeOp op;
+  op.name = full_name(schema);
+  std::ostringstream decl;
+  decl << schema;
+  bool runs = false;
+  if (ttpu_error_t* e = ttpu_op_declare(decl.str().c_str(), &runs)) {
+    ttpu_error_destroy(e);
+    runs = false;
+  }
+  if (runs) {
+    if (ttpu_error_t* e = ttpu_op_lookup(op.name.c_str(), &op.id)) {
+      ttpu_error_destroy(e);
+      runs = false;
+    }
+  }
+  op.runs = runs;
+  return known.emplace(&schema, std::move(op)).first->second;
+}
+
+// The results of one call; handles not taken are freed.
+struct Results {
+  c10::SmallVector<ttpu_result_t, 8> r;
+  Results() = default;
+  Results(const Results&) = delete;
+  Results& operator=(const Results&) = delete;
+  ~Results() {
+    for (ttpu_result_t& x : r) ttpu_tensor_destroy(x.tensor);
+  }
+  // Result `i`'s handle, now the caller's (empty when it has none).
+  torchtpu::Tensor take(size_t i) {
+    ttpu_tensor_t* h = std::exchange(r[i].tensor, nullptr);
+    return h == nullptr ? torchtpu::Tensor() : torchtpu::Tensor(runtime().capi(), h);
+  }
+};
+
+// The arguments of one runtime call, as the C values of `ttpu_op_call_id`:
+// a tpu tensor is a view of its storage's runtime handle with PyTorch's own
+// geometry (no handle per view); everything a value points at lives here
+// until the call returns.
+struct Call {
+  const RuntimeOp& op;
+  std::deque<torchtpu::Tensor> uploads;
+  std::deque<ttpu_view_t> views;
+  std::deque<std::vector<ttpu_view_t>> view_lists;
+  std::deque<std::vector<int64_t>> int_lists;
+  std::deque<std::string> strings;
+  std::vector<ttpu_value_t> values;
   c10::DeviceIndex device = -1;
+
+  const std::string& name() const { return op.name; }
 
   // The device of the op: its first tpu tensor, else its `device` argument.
   void find_device(const std::vector<c10::IValue>& vals) {
@@ -64,98 +120,134 @@ struct Call {
     if (device < 0) device = current_device();
   }
 
-  const torchtpu::Tensor& tensor(const at::Tensor& t) {
+  ttpu_view_t view(const at::Tensor& t) {
     if (t.device().is_privateuseone()) {
-      inputs.push_back(handle_of(t));
-    } else {
-      // Like CUDA, a 0-dim CPU tensor may join a device op as a scalar.
-      TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
-                  "Expected all tensors to be on the same device, but found at least two devices, tpu:",
-                  static_cast<int>(device), " and ", t.device(), "! (in ", name, ")");
-      inputs.push_back(upload(t, device));
+      const StorageView sv = storage_view(t);
+      return ttpu_view_t{sv.storage, t.sizes().data(), t.strides().data(), static_cast<size_t>(t.dim()), sv.offset};
     }
-    return inputs.back();
+    // Like CUDA, a 0-dim CPU tensor may join a device op as a scalar.
+    TORCH_CHECK(t.device().is_cpu() && t.dim() == 0,
+                "Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                static_cast<int>(device), " and ", t.device(), "! (in ", name(), ")");
+    const torchtpu::Tensor& u = uploads.emplace_back(upload(t, device));
+    return ttpu_view_t{u.capi(), nullptr, nullptr, 0, 0};
   }
 
-  Arg arg(const c10::Argument& a, const c10::IValue& v) {
+  static ttpu_value_t value(int32_t kind, int64_t i = 0, double d = 0.0, const void* ptr = nullptr, size_t len = 0) {
+    return ttpu_value_t{kind, i, d, ptr, len};
+  }
+
+  ttpu_value_t ints(std::vector<int64_t> v) {
+    const std::vector<int64_t>& kept = int_lists.emplace_back(std::move(v));
+    return value(TTPU_VALUE_KIND_INT_LIST, 0, 0.0, kept.data(), kept.size());
+  }
+
+  ttpu_value_t arg(const c10::Argument& a, const c10::IValue& v) {
     const c10::TypePtr& real = a.real_type();
-    if (v.isNone()) return Arg(std::nullopt);
+    if (v.isNone()) return value(TTPU_VALUE_KIND_NONE);
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
-      if (!t.defined()) return Arg(std::nullopt);
-      return Arg(tensor(t));
+      if (!t.defined()) return value(TTPU_VALUE_KIND_NONE);
+      return value(TTPU_VALUE_KIND_VIEW, 0, 0.0, &views.emplace_back(view(t)));
     }
     if (v.isTensorList()) {
-      std::vector<torchtpu::Tensor>& ts = lists.emplace_back();
-      for (const at::Tensor& t : v.toTensorList().vec()) ts.push_back(tensor(t).retain());
-      return Arg(ts);
+      std::vector<ttpu_view_t>& vs = view_lists.emplace_back();
+      for (const at::Tensor& t : v.toTensorList().vec()) vs.push_back(view(t));
+      return value(TTPU_VALUE_KIND_VIEW_LIST, 0, 0.0, vs.data(), vs.size());
     }
-    if (v.isIntList()) return Arg(v.toIntVector());
+    if (v.isIntList()) return ints(v.toIntVector());
     if (v.isSymIntList()) {
-      std::vector<int64_t> ints;
-      for (const c10::SymInt& s : v.toSymIntVector()) ints.push_back(s.guard_int(__FILE__, __LINE__));
-      return Arg(ints);
+      std::vector<int64_t> out;
+      for (const c10::SymInt& s : v.toSymIntVector()) out.push_back(s.guard_int(__FILE__, __LINE__));
+      return ints(std::move(out));
     }
     if (v.isBoolList()) {  // bool[N] (output_mask): the runtime binds it as 0/1 ints
-      std::vector<int64_t> ints;
-      for (bool b : v.toBoolList()) ints.push_back(b ? 1 : 0);
-      return Arg(ints);
+      std::vector<int64_t> out;
+      for (bool b : v.toBoolList()) out.push_back(b ? 1 : 0);
+      return ints(std::move(out));
     }
     if (v.isDoubleList()) {
-      TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' (a float list) is not supported on TPU");
+      TORCH_CHECK_NOT_IMPLEMENTED(false, name(), ": argument '", a.name(), "' (a float list) is not supported on TPU");
     }
-    if (v.isList()) {  // Tensor?[]
-      std::vector<std::optional<torchtpu::Tensor>>& ts = optional_lists.emplace_back();
+    if (v.isList()) {  // Tensor?[]: a None entry is a view of no storage
+      std::vector<ttpu_view_t>& vs = view_lists.emplace_back();
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor() && e.toTensor().defined()) {
-          ts.emplace_back(tensor(e.toTensor()).retain());
+          vs.push_back(view(e.toTensor()));
         } else {
-          ts.emplace_back(std::nullopt);
+          vs.push_back(ttpu_view_t{nullptr, nullptr, nullptr, 0, 0});
         }
       }
-      return Arg(ts);
+      return value(TTPU_VALUE_KIND_VIEW_LIST, 0, 0.0, vs.data(), vs.size());
     }
     const bool scalar = real->kind() == c10::TypeKind::NumberType ||
                         (real->kind() == c10::TypeKind::OptionalType &&
                          real->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::NumberType);
     if (v.isInt()) {
-      if (scalar) return Arg(torchtpu::Scalar(v.toInt()));
+      if (scalar) return torchtpu::Scalar(v.toInt()).value();
       const c10::TypePtr elem = real->kind() == c10::TypeKind::OptionalType
                                     ? real->castRaw<c10::OptionalType>()->getElementType()
                                     : real;
-      if (elem->kind() == c10::TypeKind::ScalarTypeType) {
-        const auto st = static_cast<c10::ScalarType>(v.toInt());
-        return Arg(static_cast<torchtpu::DType>(st));
-      }
-      return Arg(v.toInt());
+      if (elem->kind() == c10::TypeKind::ScalarTypeType) return value(TTPU_VALUE_KIND_DTYPE, v.toInt());
+      return value(TTPU_VALUE_KIND_INT, v.toInt());
     }
-    if (v.isSymInt()) return Arg(v.toSymInt().guard_int(__FILE__, __LINE__));
-    if (v.isDouble()) return scalar ? Arg(torchtpu::Scalar(v.toDouble())) : Arg(v.toDouble());
-    if (v.isBool()) return scalar ? Arg(torchtpu::Scalar(v.toBool())) : Arg(v.toBool());
-    if (v.isString()) return Arg(std::string(v.toStringRef()));
+    if (v.isSymInt()) return value(TTPU_VALUE_KIND_INT, v.toSymInt().guard_int(__FILE__, __LINE__));
+    if (v.isDouble()) {
+      return scalar ? torchtpu::Scalar(v.toDouble()).value() : value(TTPU_VALUE_KIND_DOUBLE, 0, v.toDouble());
+    }
+    if (v.isBool()) return scalar ? torchtpu::Scalar(v.toBool()).value() : value(TTPU_VALUE_KIND_BOOL, v.toBool());
+    if (v.isString()) {
+      const std::string& kept = strings.emplace_back(v.toStringRef());
+      return value(TTPU_VALUE_KIND_STRING, 0, 0.0, kept.data(), kept.size());
+    }
     if (v.isDevice()) {
-      TORCH_CHECK(v.toDevice().is_privateuseone(), name, ": argument '", a.name(), "' names ", v.toDevice(),
+      TORCH_CHECK(v.toDevice().is_privateuseone(), name(), ": argument '", a.name(), "' names ", v.toDevice(),
                   ", not a tpu device");
-      return Arg(static_cast<int64_t>(tpu_index(v.toDevice())));
+      return value(TTPU_VALUE_KIND_INT, tpu_index(v.toDevice()));
     }
     // The IValue keeps the generator alive until the call returns.
-    if (v.isGenerator()) return Arg(runtime_generator(v.toGenerator(), name));
-    if (v.isComplexDouble()) TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": complex numbers are not supported on TPU");
-    TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument '", a.name(), "' of type ", a.type()->str(),
+    if (v.isGenerator()) return value(TTPU_VALUE_KIND_GENERATOR, 0, 0.0, runtime_generator(v.toGenerator(), name()).capi());
+    if (v.isComplexDouble()) TORCH_CHECK_NOT_IMPLEMENTED(false, name(), ": complex numbers are not supported on TPU");
+    TORCH_CHECK_NOT_IMPLEMENTED(false, name(), ": argument '", a.name(), "' of type ", a.type()->str(),
                                 " cannot be passed to the TPU runtime");
   }
 
-  std::vector<torchtpu::Tensor> run(const std::vector<c10::Argument>& sargs, const std::vector<c10::IValue>& vals) {
+  // Runs the op: one crossing into the runtime.
+  void run(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& vals, Results& out) {
+    const std::vector<c10::Argument>& sargs = schema.arguments();
     find_device(vals);
-    args.reserve(vals.size());
-    for (size_t i = 0; i < vals.size(); ++i) args.push_back(arg(sargs[i], vals[i]));
-    try {
-      return torchtpu::call_args(runtime().capi(), name.c_str(), args.data(), args.size());
-    } catch (const torchtpu::Error& e) {
-      rethrow(e);
+    values.reserve(vals.size());
+    for (size_t i = 0; i < vals.size(); ++i) values.push_back(arg(sargs[i], vals[i]));
+    // Room for the schema's returns; a Tensor[] return (split, the foreach
+    // ops) gets room for one result per listed input and more, so that it
+    // rarely has to run again with a larger array.
+    size_t capacity = 8;
+    for (const c10::Argument& r : schema.returns()) {
+      if (r.type()->kind() == c10::TypeKind::ListType) {
+        size_t listed = 0;
+        for (const auto& l : view_lists) listed += l.size();
+        capacity = std::max<size_t>(torchtpu::kMaxResults, 8 + listed);
+      }
+    }
+    for (;;) {
+      out.r.assign(capacity, ttpu_result_t{});
+      size_t n = 0;
+      ttpu_error_t* e = ttpu_op_call_id(runtime().capi(), op.id, values.data(), values.size(), out.r.data(),
+                                        out.r.size(), &n);
+      if (e == nullptr) {
+        out.r.resize(n);
+        return;
+      }
+      if (ttpu_error_code(e) == TTPU_CODE_RESOURCE_EXHAUSTED && capacity < torchtpu::kMaxResults * 64) {
+        ttpu_error_destroy(e);
+        out.r.clear();
+        capacity *= 16;
+        continue;
+      }
+      out.r.clear();
+      checked([&] { torchtpu::detail::check(e); });
     }
   }
-
 };
 
 bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
@@ -167,37 +259,45 @@ bool same_alias_set(const c10::AliasInfo* a, const c10::AliasInfo* b) {
 // shape, a grown resize_), a view as PyTorch metadata over its base, or a
 // new tensor (core never returns an input's storage unless the schema says
 // so).
-void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
-                  std::vector<torchtpu::Tensor> results, torch::jit::Stack* stack) {
+void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args, Results& results,
+                  torch::jit::Stack* stack) {
   size_t next = 0;
+  const size_t count = results.r.size();
   for (const c10::Argument& ret : schema.returns()) {
     const c10::AliasInfo* alias = ret.alias_info();
     if (ret.type()->kind() == c10::TypeKind::ListType) {
       std::vector<at::Tensor> out;
-      for (; next < results.size(); ++next) out.push_back(wrap(std::move(results[next])));
+      for (; next < count; ++next) out.push_back(wrap(results.r[next], results.take(next)));
       stack->emplace_back(std::move(out));
       continue;
     }
-    TORCH_CHECK(next < results.size(), schema.name(), ": the runtime returned ", results.size(), " values");
-    torchtpu::Tensor r = std::move(results[next++]);
+    TORCH_CHECK(next < count, schema.name(), ": the runtime returned ", count, " values");
+    const size_t k = next++;
+    const ttpu_result_t& r = results.r[k];
     if (alias != nullptr) {
       size_t i = 0;
       while (i < args.size() && !same_alias_set(schema.arguments()[i].alias_info(), alias)) ++i;
       TORCH_CHECK(i < args.size(), full_name(schema), ": no argument matches the alias of a return");
       const at::Tensor& base = args[i].toTensor();
       if (alias->isWrite()) {
-        adopt(base, std::move(r));
+        // Written where it is (r.arg set): nothing to adopt.
+        if (r.tensor != nullptr) adopt(base, results.take(k));
         stack->emplace_back(base);
+      } else if (r.tensor != nullptr) {
+        stack->emplace_back(at::native::as_strided_tensorimpl(base, c10::IntArrayRef(r.sizes, r.ndim),
+                                                              c10::IntArrayRef(r.strides, r.ndim), r.offset));
       } else {
-        stack->emplace_back(at::native::as_strided_tensorimpl(base, r.shape(), r.strides(), r.offset()));
+        stack->emplace_back(base);
       }
       continue;
     }
-    if (!r) {
+    if (r.tensor == nullptr) {
+      TORCH_CHECK(r.arg < 0, full_name(schema), ": the runtime returned argument ", r.arg,
+                  " for a return the schema does not declare an alias");
       stack->emplace_back(at::Tensor());
       continue;
     }
-    stack->emplace_back(wrap(std::move(r)));
+    stack->emplace_back(wrap(r, results.take(k)));
   }
 }
 
@@ -284,39 +384,23 @@ void run_on_device(const c10::OperatorHandle& op, c10::Device device, torch::jit
   op.callBoxed(stack);
 }
 
-// Whether the runtime runs `schema` as PyTorch declares it (an out= form
-// included, which core derives from its functional op), asked once per op.
-bool runtime_runs(const c10::FunctionSchema& schema) {
-  static std::mutex mu;
-  static std::unordered_map<const c10::FunctionSchema*, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(&schema);
-  if (it != known.end()) return it->second;
-  std::ostringstream decl;
-  decl << schema;
-  bool runs = false;
-  if (ttpu_error_t* e = ttpu_op_declare(decl.str().c_str(), &runs)) {
-    ttpu_error_destroy(e);
-    runs = false;
-  }
-  return known.emplace(&schema, runs).first->second;
-}
-
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  const std::string name = full_name(schema);
   const size_t n = schema.arguments().size();
   if (auto device = other_device(*stack, n)) {
     run_on_device(op, *device, stack);
     return;
   }
-  if (runtime_runs(schema)) {
+  const RuntimeOp& rop = runtime_op(schema);
+  const std::string& name = rop.name;
+  if (rop.runs) {
     std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
     if (takes_indices(name)) prepare_indices(args);
-    Call call{name};
-    std::vector<torchtpu::Tensor> results = call.run(schema.arguments(), args);
-    push_returns(schema, args, std::move(results), stack);
+    Call call{rop};
+    Results results;
+    call.run(schema, args, results);
+    push_returns(schema, args, results, stack);
     return;
   }
   if (cpu_fallback_enabled()) {

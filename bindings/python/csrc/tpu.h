@@ -74,6 +74,14 @@ TpuStorage* storage_of(const at::Tensor& t);
 TpuStorage* storage_of(const c10::Storage& storage);
 // A runtime view of `t`. Reading a storage never written gives zeros.
 torchtpu::Tensor handle_of(const at::Tensor& t);
+// The runtime handle of `t`'s storage (ready to be read as `t`'s dtype) and
+// `t`'s offset in it, in elements: `t` as a `ttpu_view_t` without a handle of
+// its own. The handle stays the storage's until the storage is rebound.
+struct StorageView {
+  const ttpu_tensor_t* storage;
+  int64_t offset;
+};
+StorageView storage_view(const at::Tensor& t);
 // Downloads uint8 tensor `t` (contiguous) into `out` when its storage holds a
 // value of another dtype: serialization reads every storage as bytes, and
 // handle_of would retype the storage on the device (and back at its next
@@ -82,6 +90,8 @@ bool download_as_bytes(const at::Tensor& t, void* out);
 // A tpu tensor over a new storage holding runtime tensor `r` (its whole
 // storage, with `r`'s own view geometry).
 at::Tensor wrap(torchtpu::Tensor r);
+// The same for a result of `ttpu_op_call_id`, whose handle (taken) is `handle`.
+at::Tensor wrap(const ttpu_result_t& r, torchtpu::Tensor handle);
 // Whether `t` is a dense view of its whole storage (then a new value can
 // replace the storage's value without a copy).
 bool covers_storage(const at::Tensor& t);

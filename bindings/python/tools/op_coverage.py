@@ -4,8 +4,8 @@ The Core ATen opset is the ops tagged `core` in PyTorch's own
 native_functions.yaml (shipped in the torch wheel as torchgen data). An op is
 implemented when
 - the runtime's op registry has it (the backend registers it by name), or
-- it is an `out=` variant of a runtime op (the extension runs the
-  functional op and writes the result into `out`), or
+- it is an `out=` form the runtime derives from one of its functional ops
+  (asked with PyTorch's own declaration, `ttpu_op_declare`), or
 - the PyTorch extension implements it itself (memory and metadata: empty,
   views, copies across devices, resize, item), or
 - PyTorch serves every device with a kernel that needs no backend kernel of
@@ -51,12 +51,27 @@ def runtime_ops() -> set[str]:
     return ops
 
 
+def derived(op: str) -> bool:
+    """Whether the runtime runs `op` as PyTorch declares it (an out= form it
+    derives from a functional op)."""
+    base, _, overload = op.partition(".")
+    try:
+        schema = torch._C._get_schema(f"aten::{base}", overload)
+    except RuntimeError:
+        return False
+    supported = ffi.new("bool*")
+    err = lib.ttpu_op_declare(str(schema).encode(), supported)
+    if err != ffi.NULL:
+        lib.ttpu_error_destroy(err)
+        return False
+    return bool(supported[0])
+
+
 def classify(op: str, native: set[str]) -> str:
     if f"aten::{op}" in native:
         return "runtime"
-    base, _, overload = op.partition(".")
-    if overload == "out" and (f"aten::{base}" in native or f"aten::{base}.Tensor" in native):
-        return "out="  # the extension runs the functional op and writes `out`
+    if derived(op):
+        return "out="  # core runs the functional op and writes `out`
     if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "PrivateUse1"):
         return "extension"
     if op in METADATA:
