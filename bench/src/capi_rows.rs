@@ -7,16 +7,17 @@ use std::ffi::CString;
 use std::ptr;
 use std::time::Instant;
 
-use torchtpu::error::ttpu_error_destroy;
 use torchtpu::op::{ttpu_op_call, ttpu_op_call_id, ttpu_op_lookup, ttpu_result_t, ttpu_value_kind, ttpu_value_t, ttpu_view_t};
 use torchtpu::runtime::{ttpu_runtime_create, ttpu_runtime_destroy, ttpu_runtime_synchronize, ttpu_runtime_t};
-use torchtpu::tensor::{ttpu_tensor_destroy, ttpu_tensor_from_host, ttpu_tensor_t, ttpu_tensor_to_host};
+use torchtpu::tensor::{ttpu_tensor_destroy, ttpu_tensor_from_host, ttpu_tensor_t};
 
 use super::{median, ROUNDS};
 
 fn ok(e: *mut torchtpu::error::ttpu_error_t) {
-    assert!(e.is_null(), "C ABI call failed");
-    unsafe { ttpu_error_destroy(e) };
+    if !e.is_null() {
+        let msg = unsafe { std::ffi::CStr::from_ptr(torchtpu::error::ttpu_error_message(e)) };
+        panic!("C ABI call failed: {}", msg.to_string_lossy());
+    }
 }
 
 struct C {
@@ -58,23 +59,15 @@ impl C {
         out[0].tensor
     }
 
-    /// Seconds per op over `iters` calls of `f`: each waited for
-    /// (synchronous) or all launched, then synchronized (pipelined).
-    fn time(&self, iters: usize, pipelined: bool, f: impl Fn() -> *mut ttpu_tensor_t) -> f64 {
-        let mut one = [0u8; 4];
+    /// Seconds per op over `iters` calls of `f`, all launched, then
+    /// synchronized: the per-op cost a frontend pays when it does not wait
+    /// (waiting on each result through the C ABI is a whole-runtime
+    /// synchronize, which would measure that instead).
+    fn time(&self, iters: usize, f: impl Fn() -> *mut ttpu_tensor_t) -> f64 {
         let t = Instant::now();
-        if pipelined {
-            let outs: Vec<_> = (0..iters).map(|_| f()).collect();
-            ok(unsafe { ttpu_runtime_synchronize(self.rt) });
-            outs.into_iter().for_each(|o| unsafe { ttpu_tensor_destroy(o) });
-        } else {
-            for _ in 0..iters {
-                // A 4-byte read waits for the result, as a caller would.
-                let o = f();
-                ok(unsafe { ttpu_tensor_to_host(self.rt, o, one.as_mut_ptr().cast(), 4) });
-                unsafe { ttpu_tensor_destroy(o) };
-            }
-        }
+        let outs: Vec<_> = (0..iters).map(|_| f()).collect();
+        ok(unsafe { ttpu_runtime_synchronize(self.rt) });
+        outs.into_iter().for_each(|o| unsafe { ttpu_tensor_destroy(o) });
         t.elapsed().as_secs_f64() / iters as f64
     }
 }
@@ -91,7 +84,7 @@ fn view(v: &ttpu_view_t) -> ttpu_value_t {
     ttpu_value_t { kind: ttpu_value_kind::View as i32, ptr: (v as *const ttpu_view_t).cast(), ..none() }
 }
 
-/// Prints the C ABI rows; `direct(pipelined, iters)` times the direct PJRT
+/// Prints the C ABI rows (pipelined); `direct(pipelined, iters)` times the direct PJRT
 /// execute of the same program (seconds per op).
 pub fn print(ha: &[u8], hb: &[u8], n: usize, direct: impl Fn(bool, usize) -> f64) {
     let mut rt = ptr::null_mut();
@@ -108,22 +101,20 @@ pub fn print(ha: &[u8], hb: &[u8], n: usize, direct: impl Fn(bool, usize) -> f64
     ok(unsafe { ttpu_op_lookup(name.as_ptr(), &mut id) });
     let c = C { rt, a: upload(ha), b: upload(hb), id, name };
     for _ in 0..3 {
-        c.time(1, false, || c.by_name());
-        c.time(1, false, || c.by_id(&sizes, &strides));
+        c.time(1, || c.by_name());
+        c.time(1, || c.by_id(&sizes, &strides));
     }
-    for (mode, pipelined) in [("synchronous", false), ("pipelined", true)] {
-        let iters = 300;
-        let (mut named, mut lean, mut pjrt) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            named.push(c.time(iters, pipelined, || c.by_name()));
-            lean.push(c.time(iters, pipelined, || c.by_id(&sizes, &strides)));
-            pjrt.push(direct(pipelined, iters));
-        }
-        let d = median(pjrt);
-        for (label, xs) in [("ttpu_op_call", named), ("ttpu_op_call_id", lean)] {
-            let x = median(xs);
-            println!("{:<44} {:>12.2} {:>12.2} {:>7.2}x", format!("C {label}, mul {mode} (us/op)"), x * 1e6, d * 1e6, x / d);
-        }
+    let iters = 300;
+    let (mut named, mut lean, mut pjrt) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        named.push(c.time(iters, || c.by_name()));
+        lean.push(c.time(iters, || c.by_id(&sizes, &strides)));
+        pjrt.push(direct(true, iters));
+    }
+    let d = median(pjrt);
+    for (label, xs) in [("ttpu_op_call", named), ("ttpu_op_call_id", lean)] {
+        let x = median(xs);
+        println!("{:<44} {:>12.2} {:>12.2} {:>7.2}x", format!("C {label}, mul pipelined (us/op)"), x * 1e6, d * 1e6, x / d);
     }
     unsafe {
         ttpu_tensor_destroy(c.a);

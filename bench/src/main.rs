@@ -6,8 +6,8 @@
 //!    result) and pipelined (launch N, then wait).
 //! 2. The same op through the C ABI, as a frontend calls it: by name with a
 //!    handle per argument and result (`ttpu_op_call`), and by op id with
-//!    views and geometry-carrying results (`ttpu_op_call_id`), against the
-//!    direct PJRT execute.
+//!    views and geometry-carrying results (`ttpu_op_call_id`), pipelined,
+//!    against the direct PJRT execute.
 //! 3. GFLOP/s of a 1024x1024 f32 matmul (`aten::mm`), against direct PJRT.
 //!
 //! Prints medians over several rounds and the ratio runtime / direct.

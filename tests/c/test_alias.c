@@ -111,12 +111,15 @@ static spec_t parse_spec(state_t *s, char **tok, size_t ntok) {
     return sp;
 }
 
+/* Host elements of any of the case file's dtypes. */
+typedef union {
+    float f32[MAX_ELEMS];
+    double f64[MAX_ELEMS];
+    int64_t i64[MAX_ELEMS];
+} elems_t;
+
 static ttpu_tensor_t *make_tensor(state_t *s, ttpu_runtime_t *rt, const spec_t *sp) {
-    union {
-        float f32[MAX_ELEMS];
-        double f64[MAX_ELEMS];
-        int64_t i64[MAX_ELEMS];
-    } buf;
+    elems_t buf;
     size_t item = sp->dtype == TTPU_DTYPE_FLOAT32 ? 4 : 8;
     for (size_t i = 0; i < sp->n; i++) {
         if (sp->dtype == TTPU_DTYPE_FLOAT32) buf.f32[i] = (float)sp->values[i];
@@ -135,11 +138,7 @@ static void check_want(state_t *s, ttpu_runtime_t *rt, ttpu_tensor_t *t, const s
         (sp->ndim > 0 && memcmp(ttpu_tensor_sizes(t), sp->sizes, sp->ndim * sizeof(int64_t)) != 0)) {
         fail(s, "sizes differ", "");
     }
-    union {
-        float f32[MAX_ELEMS];
-        double f64[MAX_ELEMS];
-        int64_t i64[MAX_ELEMS];
-    } buf;
+    elems_t buf;
     size_t item = sp->dtype == TTPU_DTYPE_FLOAT32 ? 4 : 8;
     ttpu_error_t *e = ttpu_tensor_to_host(rt, t, &buf, sp->n * item);
     if (e != NULL) fail(s, "ttpu_tensor_to_host:", ttpu_error_message(e));

@@ -3,7 +3,8 @@
 1. dispatch overhead: microseconds per `x + y` on a small tensor, in strict
    (DEFER_NEVER) and fused (DEFER_AND_FUSE) mode, against CPU eager;
 2. the example GPT's training step (forward, backward, AdamW) in strict,
-   fused and compiled (torch.compile(backend="tpu")) mode, against CPU eager;
+   fused and compiled (torch.compile(backend="tpu")) mode, against CPU eager,
+   and strict's step time over fused's;
 3. what the device-side index checks cost: the same GPT step in strict and
    fused mode with the checks on and off (alternating rounds on one model);
 4. what the profiler costs: `x + y` in strict and fused mode with
@@ -161,10 +162,13 @@ def main() -> None:
             ("tpu fused", "tpu", "DEFER_AND_FUSE", False), ("tpu compiled", "tpu", None, True)]
     print("\nGPT training step (4 layers, 128 wide, batch 16 x 64 tokens; ms/step, lower is better)")
     base = None
+    step = {}
     for label, device, mode, comp in rows:
         ms = gpt_step_ms(gpt, device, mode, comp, args.steps)
         base = base or ms
+        step[label] = ms
         print(f"  {label:22s} {ms:8.2f}   {base / ms:.2f}x the speed of cpu eager")
+    print(f"  strict / fused: {step['tpu strict'] / step['tpu fused']:.2f}x (strict's time per step over fused's)")
 
     print("\nindex checks: GPT training step with the checks on vs off (ms/step; on/off > 1 is their cost)")
     for label, mode in (("tpu strict", "DEFER_NEVER"), ("tpu fused", "DEFER_AND_FUSE")):

@@ -315,26 +315,32 @@ void ready_base(TpuStorage* s, const at::Tensor& t) {
 
 }  // namespace
 
-torchtpu::Tensor handle_of(const at::Tensor& t) {
+namespace {
+
+// Runs `f(base, offset)` on `t`'s storage handle, ready to be read as `t`'s
+// dtype, and `t`'s offset in it, under the storage's lock.
+template <class F>
+auto with_base(const at::Tensor& t, F&& f) {
   TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
   const StorageRef ref = storage_ref(t.storage());
   const int64_t offset = element_offset(t, ref);
   return checked([&] {
     std::lock_guard<std::mutex> lock(ref.storage->mu);
     ready_base(ref.storage, t);
-    return ref.storage->base.view(t.sizes().vec(), t.strides().vec(), offset);
+    return f(ref.storage->base, offset);
+  });
+}
+
+}  // namespace
+
+torchtpu::Tensor handle_of(const at::Tensor& t) {
+  return with_base(t, [&](const torchtpu::Tensor& base, int64_t offset) {
+    return base.view(t.sizes().vec(), t.strides().vec(), offset);
   });
 }
 
 StorageView storage_view(const at::Tensor& t) {
-  TORCH_CHECK(t.defined() && t.device().is_privateuseone(), "expected a tpu tensor");
-  const StorageRef ref = storage_ref(t.storage());
-  const int64_t offset = element_offset(t, ref);
-  return checked([&] {
-    std::lock_guard<std::mutex> lock(ref.storage->mu);
-    ready_base(ref.storage, t);
-    return StorageView{ref.storage->base.capi(), offset};
-  });
+  return with_base(t, [](const torchtpu::Tensor& base, int64_t offset) { return StorageView{base.capi(), offset}; });
 }
 
 bool download_as_bytes(const at::Tensor& t, void* out) {
