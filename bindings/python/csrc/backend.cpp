@@ -438,7 +438,6 @@ void write_into(const at::Tensor& dst, torchtpu::Tensor value, bool fresh) {
 }
 
 void adopt(const at::Tensor& dst, torchtpu::Tensor r) {
-  if (r.shape() == dst.sizes().vec()) return;
   TpuStorage* s = storage_of(dst);
   bool same = false;
   {
@@ -447,7 +446,7 @@ void adopt(const at::Tensor& dst, torchtpu::Tensor r) {
   }
   c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
   if (same) {
-    impl->set_sizes_contiguous(r.shape());
+    if (r.shape() != dst.sizes().vec()) impl->set_sizes_contiguous(r.shape());
     return;
   }
   const int64_t numel = r.storage_numel();

@@ -43,6 +43,10 @@ struct RuntimeOp {
   bool runs = false;
   size_t id = 0;
   std::string name;
+  // The schema's name and overload: a schema freed with its library (a
+  // torch.library fragment) may leave its address to another op's.
+  std::string base, overload;
+  bool describes(const c10::FunctionSchema& s) const { return s.name() == base && s.overload_name() == overload; }
 };
 
 // Whether (and as which op) the runtime runs `schema` as PyTorch declares
@@ -52,9 +56,11 @@ const RuntimeOp& runtime_op(const c10::FunctionSchema& schema) {
   static std::unordered_map<const c10::FunctionSchema*, RuntimeOp> known;
   std::lock_guard<std::mutex> lock(mu);
   auto it = known.find(&schema);
-  if (it != known.end()) return it->second;
+  if (it != known.end() && it->second.describes(schema)) return it->second;
   RuntimeOp op;
   op.name = full_name(schema);
+  op.base = schema.name();
+  op.overload = schema.overload_name();
   std::ostringstream decl;
   decl << schema;
   bool runs = false;
@@ -69,7 +75,7 @@ const RuntimeOp& runtime_op(const c10::FunctionSchema& schema) {
     }
   }
   op.runs = runs;
-  return known.emplace(&schema, std::move(op)).first->second;
+  return known.insert_or_assign(&schema, std::move(op)).first->second;
 }
 
 // The results of one call; handles not taken are freed.
@@ -267,7 +273,9 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
     const c10::AliasInfo* alias = ret.alias_info();
     if (ret.type()->kind() == c10::TypeKind::ListType) {
       std::vector<at::Tensor> out;
-      for (; next < count; ++next) out.push_back(wrap(results.r[next], results.take(next)));
+      for (; next < count; ++next) {
+        out.push_back(results.r[next].tensor == nullptr ? at::Tensor() : wrap(results.r[next], results.take(next)));
+      }
       stack->emplace_back(std::move(out));
       continue;
     }
@@ -287,7 +295,9 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
         stack->emplace_back(at::native::as_strided_tensorimpl(base, c10::IntArrayRef(r.sizes, r.ndim),
                                                               c10::IntArrayRef(r.strides, r.ndim), r.offset));
       } else {
-        stack->emplace_back(base);
+        // A view with the argument's own geometry: still a tensor of its own.
+        stack->emplace_back(
+            at::native::as_strided_tensorimpl(base, base.sizes(), base.strides(), base.storage_offset()));
       }
       continue;
     }

@@ -101,10 +101,9 @@ bool covers_storage(const at::Tensor& t);
 // runtime copies through the view.
 void write_into(const at::Tensor& dst, torchtpu::Tensor value, bool fresh);
 // `dst`, an argument an op wrote, takes `r`, the runtime's value of it after
-// the op: nothing changes when `r` has `dst`'s shape; over `dst`'s own
-// storage with another shape (resize_), `dst` takes its sizes; over another
-// storage (an out= of another shape, a grown resize_), every tensor sharing
-// `dst`'s storage is pointed at `r`'s, as PyTorch's resize does.
+// the op: over `dst`'s own storage, `dst` takes its shape (resize_); over
+// another storage (an out= of another shape, a grown resize_), every tensor
+// sharing `dst`'s storage is pointed at `r`'s, as PyTorch's resize does.
 void adopt(const at::Tensor& dst, torchtpu::Tensor r);
 // Points every tensor sharing `impl` at a new storage of `nbytes` holding
 // `base` (empty: not yet written).
