@@ -538,9 +538,3 @@ fn register_random(r: &mut Builder) {
         r.op(&decl, move |cx, a| Ok(vec![randint(cx, a.int(0)?, a.int(1)?, a.ints(2)?, a.opt_dtype(3 + g))?]));
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-}

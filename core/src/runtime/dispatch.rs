@@ -96,17 +96,21 @@ impl Runtime {
         let op = def.name();
         let f = registry().get(functional);
         let n = f.schema.args.len();
-        let results = self.call(f.name(), &bound[..n])?;
-        let mut out = Vec::with_capacity(results.len());
-        for (k, r) in results.into_iter().enumerate() {
+        let results = self.call(f.name(), &bound[..n])?.into_iter().map(Value::into_tensor).collect::<Result<Vec<_>>>()?;
+        // Every out is checked before any is written: a refused call leaves
+        // them all as they were.
+        for (k, r) in results.iter().enumerate() {
             let dst = tensor_arg(op, bound, n + k)?;
-            let r = r.into_tensor()?;
             if !can_cast(r.dtype(), dst.dtype()) {
                 return Err(Error::op(
                     op,
                     format!("result type {} can't be cast to the desired output type {}", r.dtype(), dst.dtype()),
                 ));
             }
+        }
+        let mut out = Vec::with_capacity(results.len());
+        for (k, r) in results.into_iter().enumerate() {
+            let dst = tensor_arg(op, bound, n + k)?;
             if r.sizes() == dst.sizes() {
                 self.call("aten::copy_", &[dst.into(), r.into()])?;
                 out.push(Value::Tensor(dst.clone()));
