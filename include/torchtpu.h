@@ -330,6 +330,8 @@ typedef struct ttpu_value_t {
 } ttpu_value_t;
 
 // One result of `ttpu_op_call_id`: its storage and geometry together.
+// Callers pass `sizeof(ttpu_result_t)` as they compiled it; fields added in
+// later versions go at the end, and the runtime writes only those that fit.
 // Since API 1.5.
 typedef struct ttpu_result_t {
   // The result, a new handle the caller frees with `ttpu_tensor_destroy`;
@@ -746,12 +748,15 @@ struct ttpu_error_t *ttpu_op_lookup(const char *name, size_t *out_id);
 // result comes back with its geometry in `results[0..*out_count]`. A result
 // that is one of the arguments (an in-place op's return: same storage and
 // geometry) sets `arg` and gets no handle. Capacity errors are as for
-// `ttpu_op_call`. The launch is asynchronous as for any op. Since API 1.5.
+// `ttpu_op_call`. `result_size` is `sizeof(ttpu_result_t)` as the caller
+// compiled it (at least its 1.5 size); results are `result_size` apart.
+// The launch is asynchronous as for any op. Since API 1.5.
 struct ttpu_error_t *ttpu_op_call_id(const struct ttpu_runtime_t *runtime,
                                      size_t op_id,
                                      const struct ttpu_value_t *args,
                                      size_t nargs,
                                      struct ttpu_result_t *results,
+                                     size_t result_size,
                                      size_t capacity,
                                      size_t *out_count);
 

@@ -55,7 +55,7 @@ impl C {
             storage_numel: 0,
         }];
         let mut n = 0;
-        ok(unsafe { ttpu_op_call_id(self.rt, self.id, args.as_ptr(), 2, out.as_mut_ptr(), 1, &mut n) });
+        ok(unsafe { ttpu_op_call_id(self.rt, self.id, args.as_ptr(), 2, out.as_mut_ptr(), std::mem::size_of::<ttpu_result_t>(), 1, &mut n) });
         out[0].tensor
     }
 

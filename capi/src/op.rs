@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_void, CStr};
 use torchtpu_core::{op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id, Error, Result, Scalar, Tensor, Value};
 
 use crate::error::ttpu_error_t;
-use crate::ffi::{check_out, slice_arg, str_arg, write_out, Handle};
+use crate::ffi::{check_out, check_struct_size, slice_arg, str_arg, write_out, Handle};
 use crate::generator::ttpu_generator_t;
 use crate::runtime::ttpu_runtime_t;
 use crate::tensor::{dtype_arg, ttpu_tensor_t};
@@ -72,6 +72,8 @@ pub struct ttpu_view_t {
 }
 
 /// One result of `ttpu_op_call_id`: its storage and geometry together.
+/// Callers pass `sizeof(ttpu_result_t)` as they compiled it; fields added in
+/// later versions go at the end, and the runtime writes only those that fit.
 /// Since API 1.5.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -273,7 +275,9 @@ pub unsafe extern "C" fn ttpu_op_lookup(name: *const c_char, out_id: *mut usize)
 /// result comes back with its geometry in `results[0..*out_count]`. A result
 /// that is one of the arguments (an in-place op's return: same storage and
 /// geometry) sets `arg` and gets no handle. Capacity errors are as for
-/// `ttpu_op_call`. The launch is asynchronous as for any op. Since API 1.5.
+/// `ttpu_op_call`. `result_size` is `sizeof(ttpu_result_t)` as the caller
+/// compiled it (at least its 1.5 size); results are `result_size` apart.
+/// The launch is asynchronous as for any op. Since API 1.5.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_call_id(
     runtime: *const ttpu_runtime_t,
@@ -281,6 +285,7 @@ pub unsafe extern "C" fn ttpu_op_call_id(
     args: *const ttpu_value_t,
     nargs: usize,
     results: *mut ttpu_result_t,
+    result_size: usize,
     capacity: usize,
     out_count: *mut usize,
 ) -> *mut ttpu_error_t {
@@ -288,6 +293,7 @@ pub unsafe extern "C" fn ttpu_op_call_id(
         const WHAT: &str = "ttpu_op_call_id";
         let r = ttpu_runtime_t::borrow(runtime, WHAT)?;
         check_out(out_count, WHAT)?;
+        check_struct_size(result_size, RESULT_V1, "ttpu_op_call_id: result_size")?;
         let c_name = op_c_name(op_id).ok_or_else(|| {
             Error::InvalidArgument(format!("{WHAT}: op id {op_id} is not below the op count {}", op_count()))
         })?;
@@ -302,12 +308,19 @@ pub unsafe extern "C" fn ttpu_op_call_id(
             check_out(results, name)?;
         }
         let n = flat.len();
+        // Each result as far as the caller's struct reaches.
+        let fits = result_size.min(std::mem::size_of::<ttpu_result_t>());
         for (i, t) in flat.into_iter().enumerate() {
-            results.add(i).write(result_of(t, &values));
+            let res = result_of(t, &values);
+            let dst = (results as *mut u8).add(i * result_size);
+            std::ptr::copy_nonoverlapping((&res as *const ttpu_result_t).cast::<u8>(), dst, fits);
         }
         write_out(out_count, name, n)
     })
 }
+
+/// The size of `ttpu_result_t` in API 1.5, its first version.
+const RESULT_V1: usize = std::mem::offset_of!(ttpu_result_t, storage_numel) + 8;
 
 /// The C form of one result: the argument it is, or a new handle.
 fn result_of(t: Option<Tensor>, args: &[Value]) -> ttpu_result_t {

@@ -239,7 +239,7 @@ struct Call {
       out.r.assign(capacity, ttpu_result_t{});
       size_t n = 0;
       ttpu_error_t* e = ttpu_op_call_id(runtime().capi(), op.id, values.data(), values.size(), out.r.data(),
-                                        out.r.size(), &n);
+                                        sizeof(ttpu_result_t), out.r.size(), &n);
       if (e == nullptr) {
         out.r.resize(n);
         return;
