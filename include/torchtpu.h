@@ -767,9 +767,10 @@ struct ttpu_error_t *ttpu_op_call_id(const struct ttpu_runtime_t *runtime,
 // calling it by name. An `out=` form (`X.out`, `X.ov_out`) is derived from
 // the functional op that takes exactly its inputs (by name and type) and
 // runs as that op followed by a copy into each `out`; `ttpu_op_call` with
-// the name alone derives it from the first functional overload that exists
-// (`X.ov`, `X.Tensor`, then `X`). A declaration the runtime cannot parse is
-// unsupported, not an error.
+// the name alone derives it from `X.ov` for `X.ov_out`, and from `X` or
+// `X.Tensor` for `X.out`. A declaration the runtime cannot parse is
+// unsupported, not an error. Derived forms are capped (8192): past that,
+// RESOURCE_EXHAUSTED.
 struct ttpu_error_t *ttpu_op_declare(const char *decl, bool *out_supported);
 
 // The number of registered ops.

@@ -361,9 +361,10 @@ fn result_of(t: Option<Tensor>, args: &[Value]) -> ttpu_result_t {
 /// calling it by name. An `out=` form (`X.out`, `X.ov_out`) is derived from
 /// the functional op that takes exactly its inputs (by name and type) and
 /// runs as that op followed by a copy into each `out`; `ttpu_op_call` with
-/// the name alone derives it from the first functional overload that exists
-/// (`X.ov`, `X.Tensor`, then `X`). A declaration the runtime cannot parse is
-/// unsupported, not an error.
+/// the name alone derives it from `X.ov` for `X.ov_out`, and from `X` or
+/// `X.Tensor` for `X.out`. A declaration the runtime cannot parse is
+/// unsupported, not an error. Derived forms are capped (8192): past that,
+/// RESOURCE_EXHAUSTED.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_declare(decl: *const c_char, out_supported: *mut bool) -> *mut ttpu_error_t {
     ffi_boundary!({

@@ -653,6 +653,8 @@ impl Builder {
 pub struct Registry {
     ops: RwLock<Vec<&'static OpDef>>,
     by_name: RwLock<HashMap<String, usize>>,
+    /// How many `out=` forms were derived ([`variants`]).
+    derived: std::sync::atomic::AtomicUsize,
 }
 
 impl Registry {
@@ -675,7 +677,7 @@ impl Registry {
         // The built-in table lives as long as the process (it is the static
         // registry's), so leaking it gives every op a `'static` address.
         let ops: &'static [OpDef] = Vec::leak(b.ops);
-        Registry { ops: RwLock::new(ops.iter().collect()), by_name: RwLock::new(b.by_name) }
+        Registry { ops: RwLock::new(ops.iter().collect()), by_name: RwLock::new(b.by_name), derived: Default::default() }
     }
 
     /// Adds ops defined at run time (a plugin's), all or none: a name that is
@@ -703,11 +705,23 @@ impl Registry {
     }
 
     /// Registers a derived op, or finds the one another thread derived first.
+    /// Derived ops are never freed, so their number is capped: declarations
+    /// are a frontend's input, and made-up names must not grow the registry
+    /// without bound.
     fn add_derived(&self, def: OpDef) -> Result<usize> {
+        const MAX_DERIVED: usize = 8192;
         let name = def.name().to_string();
+        if self.derived.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= MAX_DERIVED {
+            self.derived.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(Error::ResourceExhausted(format!(
+                "{name}: {MAX_DERIVED} out= forms are derived already; no more are made"
+            )));
+        }
         // A concurrent derivation of the same name may win the race; its op
         // is the same one.
-        let _ = self.add(vec![def]);
+        if self.add(vec![def]).is_err() {
+            self.derived.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.exact(&name).ok_or_else(|| Error::Internal(format!("{name}: derived op was not registered")))
     }
 

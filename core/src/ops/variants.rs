@@ -7,8 +7,8 @@
 //! by a copy into each `out` tensor, so the registry derives it when it is
 //! first asked for, and every frontend (C, C++, PyTorch) gets the same one:
 //!
-//! - by name ([`derive_by_name`]): `X.out` or `X.ov_out` is the functional
-//!   `X.ov`, `X.Tensor` or `X` (the first that exists) plus one
+//! - by name ([`derive_by_name`]): `X.ov_out` is the functional `X.ov`,
+//!   `X.out` is `X` or `X.Tensor` (the first that exists), plus one
 //!   keyword-only `Tensor(a!) out` per result;
 //! - by declaration ([`derive_by_decl`]): a frontend that knows the
 //!   declaration it will call (PyTorch's schema) has it matched argument by
@@ -32,12 +32,15 @@ fn out_base(overload: &str) -> Option<&str> {
     }
 }
 
-/// The functional ops an `out=` name may stand for, most specific first.
+/// The functional ops an `out=` name may stand for, most specific first:
+/// `X.ov_out` is `X.ov`; `X.out` is `X` or `X.Tensor`. (Only these, so the
+/// names that derive an op are bounded by the registry's own.)
 fn candidates(name: &str) -> Vec<String> {
     let Some((base, overload)) = name.split_once('.') else { return Vec::new() };
     let Some(ov) = out_base(overload) else { return Vec::new() };
+    let fallbacks: &[&str] = if ov.is_empty() { &["Tensor"] } else { &[] };
     let mut out = Vec::new();
-    for o in [ov, "Tensor", ""] {
+    for &o in std::iter::once(&ov).chain(fallbacks) {
         let c = if o.is_empty() { base.to_string() } else { format!("{base}.{o}") };
         if !out.contains(&c) {
             out.push(c);
@@ -150,7 +153,9 @@ mod tests {
     #[test]
     fn out_names_point_at_functional_overloads() {
         assert_eq!(candidates("aten::add.out"), ["aten::add", "aten::add.Tensor"]);
-        assert_eq!(candidates("aten::pow.Tensor_Scalar_out"), ["aten::pow.Tensor_Scalar", "aten::pow.Tensor", "aten::pow"]);
+        assert_eq!(candidates("aten::pow.Tensor_Scalar_out"), ["aten::pow.Tensor_Scalar"]);
+        // A made-up overload names no functional op: nothing is derived.
+        assert!(derive_by_name(registry(), "aten::add.made_up_out").is_none());
         assert!(candidates("aten::add.Tensor").is_empty());
         assert!(candidates("aten::add").is_empty());
         assert!(candidates("aten::x._out").is_empty());
