@@ -13,6 +13,7 @@ runtime implements itself (one fused op beats its decomposition).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -53,10 +54,45 @@ def _fused(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     return make_boxed_func(run)
 
 
-def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+# torch.compile's modes. None changes what this backend does: every graph
+# already runs as one cached fused program, launched once per call (what
+# "reduce-overhead" asks CUDA graphs for), and XLA picks its own kernels.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+_noted: set[str] = set()
+
+
+def _note(text: str) -> None:
+    """Says once per process that an argument does not apply."""
+    if text not in _noted:
+        _noted.add(text)
+        warnings.warn(f'torch.compile(backend="tpu"): {text}', stacklevel=3)
+
+
+def _check_arguments(mode: str | None, options: dict | None, other: dict) -> None:
+    if mode is not None and mode not in MODES:
+        raise ValueError(f'torch.compile(backend="tpu"): unknown mode {mode!r}; the modes are {", ".join(MODES)}')
+    if mode not in (None, "default"):
+        _note(f"mode={mode!r} does not apply and is ignored: each graph already runs as one cached fused "
+              "program, launched once per call")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f'torch.compile(backend="tpu"): options must be a dict, not {type(options).__name__}')
+    if options:
+        _note(f"options {sorted(options)} do not apply to this backend and are ignored")
+    ignored = sorted(k for k in other if k != "name")  # `name` only labels the compiled function
+    if ignored:
+        _note(f"arguments {ignored} do not apply to this backend and are ignored")
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None,
+                options: dict | None = None, **other: Any) -> Callable[..., Any]:
     """The Dynamo backend "tpu" (registered through the
-    ``torch_dynamo_backends`` entry point)."""
+    ``torch_dynamo_backends`` entry point). torch.compile's standard `mode`
+    and `options` are accepted; they do not change this backend, which says
+    so once (an unknown mode is an error, as with every backend)."""
     from torch._dynamo.backends.common import aot_autograd
+
+    _check_arguments(mode, options, other)
 
     compile_graph = aot_autograd(
         fw_compiler=lambda g, _: _fused(g),
