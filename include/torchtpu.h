@@ -244,7 +244,9 @@ typedef int32_t ttpu_value_kind;
 typedef struct ttpu_device_t ttpu_device_t;
 
 // An error returned by a fallible call. Owned by the caller, who frees it
-// with `ttpu_error_destroy`.
+// with `ttpu_error_destroy`. A checked handle like the others: a use after
+// destroy, or a second destroy, is detected while the handle is in the
+// quarantine (see `ttpu_tensor_destroy`).
 typedef struct ttpu_error_t ttpu_error_t;
 
 // An event handle. Owned by the caller; free with `ttpu_event_destroy`.
@@ -587,11 +589,13 @@ struct ttpu_error_t *ttpu_collective_barrier(const struct ttpu_runtime_t *runtim
                                              size_t n);
 
 // The error's status code (a `ttpu_code` value). Returns `TTPU_CODE_OK` for
-// NULL (no error).
+// NULL (no error), and `TTPU_CODE_INVALID_ARGUMENT` for an error already
+// destroyed or a pointer that is not an error.
 ttpu_code ttpu_error_code(const struct ttpu_error_t *error);
 
 // The error's message, NUL-terminated UTF-8. Borrowed: valid until
-// `ttpu_error_destroy(error)`. Returns "" for NULL.
+// `ttpu_error_destroy(error)`. Returns "" for NULL, and a message saying so
+// for an error already destroyed or a pointer that is not an error.
 const char *ttpu_error_message(const struct ttpu_error_t *error);
 
 // Creates an error with `code` (a `ttpu_code`; OK and unknown values become
@@ -601,7 +605,8 @@ const char *ttpu_error_message(const struct ttpu_error_t *error);
 // frees it.
 struct ttpu_error_t *ttpu_error_create(int32_t code, const char *message);
 
-// Frees an error. `ttpu_error_destroy(NULL)` is a no-op.
+// Frees an error. NULL, and an error already destroyed (still in the
+// quarantine), are no-ops.
 void ttpu_error_destroy(struct ttpu_error_t *error);
 
 // The name of a flush reason ("host_read", ...), static storage; NULL for

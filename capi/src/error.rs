@@ -2,6 +2,8 @@
 
 use std::ffi::{c_char, CString};
 
+use crate::ffi::Handle;
+
 /// Status codes: the abseil codes 0-16 that PJRT and IREE use.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,40 +28,51 @@ pub enum ttpu_code {
 }
 
 /// An error returned by a fallible call. Owned by the caller, who frees it
-/// with `ttpu_error_destroy`.
+/// with `ttpu_error_destroy`. A checked handle like the others: a use after
+/// destroy, or a second destroy, is detected while the handle is in the
+/// quarantine (see `ttpu_tensor_destroy`).
 pub struct ttpu_error_t {
+    magic: u64,
     code: i32,
     message: CString,
 }
 
+impl_handle!(ttpu_error_t, "ttpu_error_t", 0x7474_7075_4552_524f);
+
 impl ttpu_error_t {
     pub(crate) fn boxed(code: i32, message: String) -> *mut ttpu_error_t {
         let message = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-        Box::into_raw(Box::new(ttpu_error_t { code, message }))
+        ttpu_error_t { magic: Self::MAGIC, code, message }.into_raw()
     }
 }
 
 /// The error's status code (a `ttpu_code` value). Returns `TTPU_CODE_OK` for
-/// NULL (no error).
+/// NULL (no error), and `TTPU_CODE_INVALID_ARGUMENT` for an error already
+/// destroyed or a pointer that is not an error.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_error_code(error: *const ttpu_error_t) -> ttpu_code {
     if error.is_null() {
         return ttpu_code::Ok;
     }
-    match (*error).code {
-        c @ 0..=16 => std::mem::transmute::<i32, ttpu_code>(c),
-        _ => ttpu_code::Unknown,
+    match ttpu_error_t::borrow(error, "").map(|e| e.code) {
+        Ok(c @ 0..=16) => std::mem::transmute::<i32, ttpu_code>(c),
+        Ok(_) => ttpu_code::Unknown,
+        Err(_) => ttpu_code::InvalidArgument,
     }
 }
 
 /// The error's message, NUL-terminated UTF-8. Borrowed: valid until
-/// `ttpu_error_destroy(error)`. Returns "" for NULL.
+/// `ttpu_error_destroy(error)`. Returns "" for NULL, and a message saying so
+/// for an error already destroyed or a pointer that is not an error.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_error_message(error: *const ttpu_error_t) -> *const c_char {
     if error.is_null() {
         return c"".as_ptr();
     }
-    (*error).message.as_ptr()
+    match ttpu_error_t::borrow(error, "") {
+        Ok(e) => e.message.as_ptr(),
+        Err(_) => c"ttpu_error_message: not a live ttpu_error_t (already destroyed?)".as_ptr(),
+    }
 }
 
 /// Creates an error with `code` (a `ttpu_code`; OK and unknown values become
@@ -73,10 +86,9 @@ pub unsafe extern "C" fn ttpu_error_create(code: i32, message: *const c_char) ->
     ttpu_error_t::boxed(if (1..=16).contains(&code) { code } else { ttpu_code::Unknown as i32 }, text)
 }
 
-/// Frees an error. `ttpu_error_destroy(NULL)` is a no-op.
+/// Frees an error. NULL, and an error already destroyed (still in the
+/// quarantine), are no-ops.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_error_destroy(error: *mut ttpu_error_t) {
-    if !error.is_null() {
-        drop(Box::from_raw(error));
-    }
+    crate::ffi::no_panic((), || ttpu_error_t::destroy(error));
 }

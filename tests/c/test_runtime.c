@@ -118,6 +118,14 @@ int main(void) {
     CHECK(ttpu_error_code(NULL) == TTPU_CODE_OK);
     CHECK(strcmp(ttpu_error_message(NULL), "") == 0);
     ttpu_error_destroy(NULL);
+    /* An error is a checked handle: reading it after destroy says so, and a
+     * second destroy is a no-op (it used to be a double free). */
+    ttpu_error_t *gone = ttpu_error_create(TTPU_CODE_NOT_FOUND, "gone");
+    CHECK(ttpu_error_code(gone) == TTPU_CODE_NOT_FOUND && strcmp(ttpu_error_message(gone), "gone") == 0);
+    ttpu_error_destroy(gone);
+    CHECK(ttpu_error_code(gone) == TTPU_CODE_INVALID_ARGUMENT);
+    CHECK(strstr(ttpu_error_message(gone), "already destroyed") != NULL);
+    ttpu_error_destroy(gone);
 
     /* Use after destroy is detected; a second destroy is a no-op. */
     ttpu_runtime_destroy(rt);
