@@ -629,7 +629,7 @@ impl Builder {
 
     /// Registers an op the runtime's dispatch carries out ([`Composite`]).
     pub fn composite(&mut self, decl: &str, kind: Composite) {
-        let entry = self.op(decl, move |cx, _| Err(cx.err(format!("{kind:?} is run by the runtime's dispatch, not lowered"))));
+        let entry = self.op_shared(decl, dispatch_only(kind));
         entry.0.composite = Some(kind);
     }
 
@@ -644,6 +644,12 @@ impl Builder {
         self.op_shared(decl, lower.clone());
         self.op_shared(&inplace_decl(decl), lower);
     }
+}
+
+/// The lowering of a [`Composite`] op: none, since the runtime's dispatch
+/// carries it out (reaching it is a bug, reported as an error).
+fn dispatch_only(kind: Composite) -> Arc<LowerFn> {
+    Arc::new(move |cx, _| Err(cx.err(format!("{kind:?} is run by the runtime's dispatch, not lowered"))))
 }
 
 /// All ops, by name: the built-in aten ops, then the ops of loaded plugins.

@@ -17,10 +17,8 @@
 //!
 //! The runtime carries a derived op out as [`Composite::Out`].
 
-use std::sync::Arc;
-
 use super::schema::{Arg, ArgType, Schema};
-use super::{Composite, OpDef, Registry};
+use super::{dispatch_only, Composite, OpDef, Registry};
 
 /// The functional overload an `out=` overload name points at: `out` -> ``,
 /// `Tensor_out` -> `Tensor`; `None` when the name is not an `out=` form.
@@ -80,12 +78,9 @@ fn derive(name: &str, id: usize, f: &OpDef, outs: &[String]) -> OpDef {
         });
     }
     let schema = Schema { name: name.to_string(), args, returns: vec!["Tensor".into(); outs.len()], return_alias };
-    let op: Arc<str> = name.into();
-    let mut def = OpDef::new(
-        schema,
-        Arc::new(move |cx, _| Err(cx.err(format!("{op} is run by the runtime's dispatch, not lowered")))),
-    );
-    def.composite = Some(Composite::Out { functional: id });
+    let kind = Composite::Out { functional: id };
+    let mut def = OpDef::new(schema, dispatch_only(kind));
+    def.composite = Some(kind);
     def.plugin = f.plugin.clone();
     def
 }
