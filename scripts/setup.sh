@@ -17,7 +17,9 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # Pinned versions: bump deliberately, together with the committed header.
 CBINDGEN_VERSION=0.29.0
 PY_PACKAGES=(xla-cpu-pjrt numpy cffi pytest ninja expecttest)
-TORCH_SPEC="torch"
+# torch is pinned: torchvision below is built for one torch, and a new torch
+# release must not change what CI installs overnight.
+TORCH_SPEC="torch==2.15.0"
 # The model parity tests (tests/torch/test_models.py) build Hugging Face
 # transformers and torchvision models from configs (no downloads).
 # transformers (and pillow, which `import torchvision` needs) come with their
@@ -56,6 +58,13 @@ STAMP=.venv/.torchtpu-setup
 WANT="packages=${PY_PACKAGES[*]} ${TORCH_SPEC} models=${MODEL_PACKAGES[*]} ${TORCHVISION_SPEC}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     log "installing Python packages into .venv (torch is large; this takes a few minutes once)"
+    # torch with its CUDA wheels takes about 6 GiB installed; pip's wheel cache
+    # would double that, so it is off, and a short disk is said up front.
+    export PIP_NO_CACHE_DIR=1
+    free_kib=$(df -Pk .venv | awk 'NR == 2 { print $4 }')
+    if [ -n "$free_kib" ] && [ "$free_kib" -lt $((8 * 1024 * 1024)) ]; then
+        log "warning: only $((free_kib / 1024)) MiB free under $ROOT; the Python packages need about 8 GiB"
+    fi
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
     # The CPU wheel is all the tests need (torch is the oracle).

@@ -7,7 +7,9 @@ through the autouse ``mode`` fixture, so one body covers all three.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +24,10 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bindings" / "python"))
 # The fused-program disk cache of the tests is their own (and starts empty).
-os.environ.setdefault("TORCHTPU_CACHE_DIR", tempfile.mkdtemp(prefix="torchtpu-test-cache-"))
+if "TORCHTPU_CACHE_DIR" not in os.environ:
+    # Removed when the session ends, so test runs do not fill the disk.
+    os.environ["TORCHTPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchtpu-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TORCHTPU_CACHE_DIR"], ignore_errors=True)
 
 import torchtpu  # noqa: E402
 from torchtpu.runtime import DTYPE_NAMES, DType, Runtime, Tensor, thread_mode  # noqa: E402

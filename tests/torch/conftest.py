@@ -4,11 +4,16 @@ scripts/setup.sh; `import torch` alone loads it through its entry point."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # A private, empty fused-program disk cache for the test session.
-os.environ.setdefault("TORCHTPU_CACHE_DIR", tempfile.mkdtemp(prefix="torchtpu-torch-test-cache-"))
+if "TORCHTPU_CACHE_DIR" not in os.environ:
+    # Removed when the session ends, so test runs do not fill the disk.
+    os.environ["TORCHTPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchtpu-torch-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TORCHTPU_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
