@@ -637,7 +637,8 @@ struct ttpu_error_t *ttpu_runtime_set_fusion_policy(const struct ttpu_runtime_t 
 struct ttpu_error_t *ttpu_runtime_set_fusion_max_ops(const struct ttpu_runtime_t *runtime,
                                                      size_t max_ops);
 
-// Turns the fused-program cache on or off (off: every flush compiles).
+// Turns the program cache on or off (off: every strict-mode op and every
+// flush compiles).
 struct ttpu_error_t *ttpu_runtime_set_cache_enabled(const struct ttpu_runtime_t *runtime,
                                                     bool enabled);
 

@@ -93,7 +93,8 @@ pub unsafe extern "C" fn ttpu_runtime_set_fusion_max_ops(runtime: *const ttpu_ru
     })
 }
 
-/// Turns the fused-program cache on or off (off: every flush compiles).
+/// Turns the program cache on or off (off: every strict-mode op and every
+/// flush compiles).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_set_cache_enabled(runtime: *const ttpu_runtime_t, enabled: bool) -> *mut ttpu_error_t {
     ffi_boundary!({
@@ -216,7 +217,7 @@ pub unsafe extern "C" fn ttpu_runtime_last_miss_explanation(
             .rt
             .program_cache()
             .last_miss_explanation()
-            .ok_or_else(|| Error::NotFound("no fused program has missed the cache yet".into()))?;
+            .ok_or_else(|| Error::NotFound("no program has missed the cache yet".into()))?;
         if capacity > 0 {
             if buf.is_null() {
                 return Err(Error::InvalidArgument("ttpu_runtime_last_miss_explanation: buf is NULL".into()));

@@ -144,8 +144,8 @@ def main() -> None:
     if hasattr(backend, "compile_cache_stats"):
         s = backend.compile_cache_stats()
         print(f"cache:  {s['compiles']} compiles ({s['compile_seconds']:.1f} s), op cache hits "
-              f"{s['op_cache_hits']}, fused hits {s['fused_memory_hits']} memory / {s['fused_disk_hits']} disk, "
-              f"fused misses {s['fused_misses']}")
+              f"{s['op_cache_hits']}, program cache hits {s['memory_hits']} memory / {s['disk_hits']} disk, "
+              f"misses {s['misses']}")
         print(f"flushes: { {k: v for k, v in s['flushes'].items() if v} }")
 
 

@@ -20,6 +20,7 @@ import torch
 
 from . import _C, amp, comm, custom_ops
 from . import _plugins as plugins_mod
+from ._capi import NotFoundError
 from .runtime import Runtime, get_mode, set_mode
 
 __all__ = [
@@ -486,26 +487,31 @@ class set_eager_mode:
 
 
 def compile_cache_stats() -> dict[str, Any]:
-    """Program cache hits and misses (per-op and fused), compiles and their
-    time, and flushes by reason."""
+    """The program cache, which every mode shares: strict mode's signature
+    memo (hits and misses, before the cache), the cache's memory and disk
+    hits and its misses, compiles and their time; executions, fused programs,
+    recorded ops and flushes by reason."""
     rt = _runtime()
-    ops, fused = rt.stats(), rt.fusion_stats()
+    ops, programs = rt.stats(), rt.fusion_stats()
     return {
         "op_cache_hits": ops["cache_hits"], "op_cache_misses": ops["cache_misses"],
-        "fused_memory_hits": fused["memory_hits"], "fused_disk_hits": fused["disk_hits"],
-        "fused_misses": fused["misses"], "compiles": ops["compiles"] + fused["compiles"],
-        "compile_seconds": (ops["compile_ns"] + fused["compile_ns"]) / 1e9,
-        "executions": ops["executions"], "fused_programs": fused["fused_programs"],
-        "recorded_ops": fused["recorded_ops"], "flushes": fused["flushes"],
+        "memory_hits": programs["memory_hits"], "disk_hits": programs["disk_hits"],
+        "misses": programs["misses"], "compiles": ops["compiles"],
+        "compile_seconds": ops["compile_ns"] / 1e9,
+        "executions": ops["executions"], "fused_programs": programs["fused_programs"],
+        "recorded_ops": programs["recorded_ops"], "flushes": programs["flushes"],
     }
 
 
 def explain_recompiles() -> str:
-    """Why the last fused program missed the cache (its nearest cached graph
-    and the first difference), with the flush counts by reason."""
+    """Why the last program missed the cache, in any mode (its nearest cached
+    graph or op and the first difference), with the flush counts by reason."""
     rt = _runtime()
     flushes = ", ".join(f"{k}: {v}" for k, v in rt.fusion_stats()["flushes"].items() if v)
-    miss = rt.last_miss_explanation() or "no fused program has missed the cache"
+    try:
+        miss = rt.last_miss_explanation()
+    except NotFoundError:
+        miss = "no program has missed the cache"
     return f"{miss}\nflushes by reason: {flushes or 'none'}"
 
 

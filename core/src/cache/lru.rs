@@ -1,43 +1,46 @@
-//! The memory tier's LRU of loaded executables.
+//! A bounded map, least recently used first out: the memory tier's loaded
+//! executables, and the strict-mode memo of op signatures in front of it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::hash::Hash;
 
-use super::CacheKey;
-use crate::pjrt::Executable;
-
-/// The in-memory tier: loaded executables, least recently used first out.
-/// `order` maps a use tick to its key, so the oldest entry is the first.
-pub(super) struct Lru {
-    pub(super) bound: usize,
+/// Entries least recently used first out. `order` maps a use tick to its key,
+/// so the oldest entry is the first.
+pub struct Lru<K, V> {
+    pub(crate) bound: usize,
     tick: u64,
-    map: HashMap<CacheKey, (Arc<Executable>, u64)>,
-    order: BTreeMap<u64, CacheKey>,
+    map: HashMap<K, (V, u64)>,
+    order: BTreeMap<u64, K>,
 }
 
-impl Lru {
-    pub(super) fn new(bound: usize) -> Lru {
+impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
+    /// A bound of 0 stores nothing.
+    pub fn new(bound: usize) -> Lru<K, V> {
         Lru { bound, tick: 0, map: HashMap::new(), order: BTreeMap::new() }
     }
 
-    pub(super) fn get(&mut self, key: &CacheKey) -> Option<Arc<Executable>> {
-        let (exe, tick) = self.map.get_mut(key)?;
+    pub fn get<Q>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (value, tick) = self.map.get_mut(key)?;
         self.tick += 1;
         // Move the key itself to the new tick: a hit allocates nothing.
         if let Some(k) = self.order.remove(tick) {
             self.order.insert(self.tick, k);
         }
         *tick = self.tick;
-        Some(exe.clone())
+        Some(value.clone())
     }
 
-    /// Stores `exe` and returns how many entries the bound evicted.
-    pub(super) fn insert(&mut self, key: CacheKey, exe: Arc<Executable>) -> u64 {
+    /// Stores `value` and returns how many entries the bound evicted.
+    pub fn insert(&mut self, key: K, value: V) -> u64 {
         if self.bound == 0 {
             return 0;
         }
         self.tick += 1;
-        if let Some((_, old)) = self.map.insert(key.clone(), (exe, self.tick)) {
+        if let Some((_, old)) = self.map.insert(key.clone(), (value, self.tick)) {
             self.order.remove(&old);
         }
         self.order.insert(self.tick, key);
@@ -50,12 +53,39 @@ impl Lru {
         evicted
     }
 
-    pub(super) fn contains(&self, key: &CacheKey) -> bool {
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.map.contains_key(key)
     }
 
-    pub(super) fn clear(&mut self) {
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn clear(&mut self) {
         self.map.clear();
         self.order.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lru;
+
+    #[test]
+    fn evicts_the_least_recently_used() {
+        let mut lru: Lru<String, i32> = Lru::new(2);
+        assert_eq!(lru.insert("a".into(), 1), 0);
+        assert_eq!(lru.insert("b".into(), 2), 0);
+        assert_eq!(lru.get("a"), Some(1)); // "b" is now the oldest
+        assert_eq!(lru.insert("c".into(), 3), 1);
+        assert!(!lru.contains("b"));
+        assert_eq!((lru.get("a"), lru.get("c"), lru.len()), (Some(1), Some(3), 2));
+        let mut none: Lru<String, i32> = Lru::new(0);
+        assert_eq!(none.insert("a".into(), 1), 0);
+        assert_eq!(none.len(), 0);
     }
 }

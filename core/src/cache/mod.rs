@@ -1,7 +1,9 @@
-//! The two-tier compile cache for fused programs, and recompile explanations.
+//! The two-tier compile cache of every execution mode, and recompile
+//! explanations.
 //!
-//! A flushed graph is printed as StableHLO text; [`CacheKey::new`] hashes that
-//! text with the compile options and the plugin identity. [`ProgramCache`]
+//! A flushed graph (or a strict-mode op, a one-op program) is printed as
+//! StableHLO text; [`CacheKey::new`] hashes that text with the compile options
+//! and the plugin identity. [`ProgramCache`]
 //! looks the key up in memory (an LRU of loaded executables), then on disk
 //! (one file per key, loaded with `PJRT_Executable_DeserializeAndLoad`), and
 //! only then compiles. The disk tier is what lets a second process start warm.
@@ -35,11 +37,14 @@ mod summary;
 use std::path::PathBuf;
 
 pub use key::CacheKey;
+pub(crate) use lru::Lru;
 pub use program::{CacheStats, ProgramCache, Tier};
 pub use summary::{explain, GraphSummary, NodeSummary};
 
-/// Default bound of the in-memory tier, in programs.
-pub const DEFAULT_MEMORY_ENTRIES: usize = 512;
+/// Default bound of the in-memory tier, in programs. Strict-mode ops are
+/// one-op programs here too, and a model's forward and backward call a few
+/// hundred distinct op signatures per shape.
+pub const DEFAULT_MEMORY_ENTRIES: usize = 2048;
 
 /// How a [`ProgramCache`] is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]

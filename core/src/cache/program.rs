@@ -80,7 +80,7 @@ impl Known {
 }
 
 struct State {
-    lru: Lru,
+    lru: Lru<CacheKey, Arc<Executable>>,
     known: Known,
     stats: CacheStats,
     last_miss: Option<String>,

@@ -21,6 +21,10 @@ pub struct NodeSummary {
 pub struct GraphSummary {
     pub nodes: Vec<NodeSummary>,
     pub outputs: Vec<(DType, Vec<i64>)>,
+    /// A strict-mode op's program, not a fused graph's: a miss is explained
+    /// by programs of its own kind first (a strict op and a fused graph of
+    /// the same op are different programs).
+    pub strict: bool,
 }
 
 // The on-disk form. Dtypes are stored as their PyTorch codes so the format
@@ -36,6 +40,9 @@ struct NodeRecord {
 struct GraphRecord {
     nodes: Vec<NodeRecord>,
     outputs: Vec<(i32, Vec<i64>)>,
+    /// Absent in files written before strict-mode ops were cached.
+    #[serde(default)]
+    strict: bool,
 }
 
 impl GraphSummary {
@@ -48,6 +55,7 @@ impl GraphSummary {
                 .map(|n| NodeRecord { op: n.op.clone(), inputs: values(&n.inputs), attrs: n.attrs.clone() })
                 .collect(),
             outputs: values(&self.outputs),
+            strict: self.strict,
         };
         serde_json::to_vec(&record).expect("a graph summary always serializes")
     }
@@ -62,7 +70,7 @@ impl GraphSummary {
             .into_iter()
             .map(|n| Some(NodeSummary { op: n.op, inputs: values(n.inputs)?, attrs: n.attrs }))
             .collect::<Option<Vec<_>>>()?;
-        Some(GraphSummary { nodes, outputs: values(record.outputs)? })
+        Some(GraphSummary { nodes, outputs: values(record.outputs)?, strict: record.strict })
     }
 }
 
@@ -82,6 +90,18 @@ pub fn explain(graph: &GraphSummary, known: &[GraphSummary]) -> String {
 }
 
 pub(super) fn explain_among<'a>(graph: &GraphSummary, known: impl IntoIterator<Item = &'a GraphSummary>) -> String {
+    let mut known: Vec<&GraphSummary> = known.into_iter().collect();
+    if known.iter().any(|k| k.strict == graph.strict) {
+        known.retain(|k| k.strict == graph.strict);
+    }
+    if let [node] = graph.nodes.as_slice() {
+        // One op alone (a strict-mode op): only programs of that same op
+        // alone explain it; another op's program says nothing useful.
+        known.retain(|k| matches!(k.nodes.as_slice(), [n] if n.op == node.op));
+        if known.is_empty() {
+            return format!("first program of {} (no cached program runs this op alone)", node.op);
+        }
+    }
     // `min_by_key` keeps the first of equals, so callers list preferred
     // (most recent) graphs first.
     let Some((_, nearest)) = known.into_iter().map(|k| (distance(graph, k), k)).min_by_key(|(d, _)| *d) else {
@@ -176,13 +196,44 @@ pub(super) mod tests {
         GraphSummary {
             nodes: vec![NodeSummary { op: op.into(), inputs: vec![(DType::F32, vec![2, 3])], attrs: "dim=1".into() }],
             outputs: vec![(DType::BF16, vec![2])],
+            strict: false,
         }
     }
 
     #[test]
+    fn one_op_programs_are_explained_by_the_same_op() {
+        let mut wide = summary("aten::add.Tensor");
+        wide.nodes[0].inputs[0].1 = vec![4, 3];
+        let known = [summary("aten::mul.Tensor"), summary("aten::add.Tensor")];
+        assert_eq!(
+            explain(&wide, &known),
+            "no cached program matches: nearest cached graph (1 node) differs at node 0 (aten::add.Tensor): \
+             input 0 shape [4, 3] vs [2, 3]"
+        );
+        assert_eq!(
+            explain(&summary("aten::sub.Tensor"), &known),
+            "first program of aten::sub.Tensor (no cached program runs this op alone)"
+        );
+        // A strict op is explained by strict ops where there are any.
+        let mut strict = summary("aten::add.Tensor");
+        strict.strict = true;
+        strict.nodes[0].inputs[0].1 = vec![9, 3];
+        let with_strict = [known[1].clone(), strict];
+        let mut wide_strict = wide.clone();
+        wide_strict.strict = true;
+        assert!(explain(&wide_strict, &with_strict).ends_with("input 0 shape [4, 3] vs [9, 3]"));
+        assert!(explain(&wide, &with_strict).ends_with("input 0 shape [4, 3] vs [2, 3]"));
+    }
+
+    #[test]
     fn summary_json_round_trip() {
-        let s = summary("aten::sum.dim_IntList");
+        let mut s = summary("aten::sum.dim_IntList");
+        assert_eq!(GraphSummary::from_json(&s.to_json()), Some(s.clone()));
+        s.strict = true;
         assert_eq!(GraphSummary::from_json(&s.to_json()), Some(s));
+        // Files written before `strict` existed read as fused graphs.
+        let old = GraphSummary::from_json(b"{\"nodes\":[],\"outputs\":[[6,[2]]]}").unwrap();
+        assert!(!old.strict);
         assert_eq!(GraphSummary::from_json(b"{\"nodes\":[],\"outputs\":[[99,[]]]}"), None, "unknown dtype code");
     }
 }

@@ -16,7 +16,7 @@ use crate::hlo::{Cmp, Elem, Ty, V};
 use crate::shape;
 use crate::tensor::{Scalar, Value};
 
-use super::{Args, Builder, Cx, ViewOut};
+use super::{bound_f64, Args, Builder, Cx, ViewOut};
 
 pub fn register(r: &mut Builder) {
     register_fill(r);
@@ -397,13 +397,6 @@ fn bernoulli(cx: &mut Cx, p: V, d: DType) -> V {
     cx.f.convert(hit, d)
 }
 
-fn check_p(cx: &Cx, p: f64) -> Result<()> {
-    if !(0.0..=1.0).contains(&p) {
-        bail_op!(&*cx.op, "bernoulli_ expects p to be in [0, 1], but got p={p}");
-    }
-    Ok(())
-}
-
 /// `randint`: integers uniform in [low, high) as `dtype`, which PyTorch
 /// defines as `empty(size, dtype).random_(low, high)`.
 fn randint(cx: &mut Cx, low: i64, high: i64, size: &[i64], dtype: Option<DType>) -> Result<V> {
@@ -508,16 +501,25 @@ fn register_random(r: &mut Builder) {
         let p = cx.f.convert(x, Elem::F32);
         Ok(vec![bernoulli(cx, p, d)])
     });
+    // `p` is a runtime value, its range checked at the call.
     let bernoulli_p = |cx: &mut Cx, a: &Args| -> Result<Vec<V>> {
         let x = a.tensor(0)?;
-        let p = a.float(1)?;
-        check_p(cx, p)?;
+        let p = a.runtime_f64(cx, 1)?;
         let (dims, d) = (cx.dims(x), cx.dtype(x));
-        let pv = cx.f.splat(&Ty::new(Elem::F32, &dims), p);
+        let p = cx.f.convert(p, Elem::F32);
+        let pv = cx.f.broadcast_to(p, &dims);
         Ok(vec![bernoulli(cx, pv, d)])
     };
-    r.op("aten::bernoulli.p(Tensor self, float p=0.5, *, Generator? generator=None) -> Tensor", bernoulli_p);
-    r.op("aten::bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)", bernoulli_p);
+    let check_p = |bound: &[Value]| match bound_f64(bound, 1) {
+        Some(p) if !(0.0..=1.0).contains(&p) => Err(format!("bernoulli_ expects p to be in [0, 1], but got p={p}")),
+        _ => Ok(()),
+    };
+    r.op("aten::bernoulli.p(Tensor self, float p=0.5, *, Generator? generator=None) -> Tensor", bernoulli_p)
+        .runtime_floats(&["p"])
+        .check(check_p);
+    r.op("aten::bernoulli_.float(Tensor(a!) self, float p=0.5, *, Generator? generator=None) -> Tensor(a!)", bernoulli_p)
+        .runtime_floats(&["p"])
+        .check(check_p);
     r.op("aten::bernoulli_.Tensor(Tensor(a!) self, Tensor p, *, Generator? generator=None) -> Tensor(a!)", |cx, a| {
         let (x, p) = (a.tensor(0)?, a.tensor(1)?);
         let dims = cx.dims(x);

@@ -428,6 +428,16 @@ impl<'a> Args<'a> {
             _ => None,
         }
     }
+    /// A runtime `float` (or `Scalar`) argument as a rank-0 f64 program
+    /// parameter; a compile-time `float` becomes a constant.
+    pub fn runtime_f64(&self, cx: &mut Cx, i: usize) -> Result<V> {
+        match self.get(i) {
+            Input::Scalar(s) => Ok(cx.scalar(*s, Elem::F64)),
+            Input::Float(x) => Ok(cx.f.constant(Elem::F64, *x)),
+            Input::Int(x) => Ok(cx.f.constant(Elem::F64, *x as f64)),
+            _ => Err(self.bad(i, "a float")),
+        }
+    }
     pub fn scalar(&self, i: usize) -> Result<ScalarRef> {
         match self.get(i) {
             Input::Scalar(s) => Ok(*s),
@@ -507,6 +517,20 @@ pub enum Composite {
     Resize,
 }
 
+/// A check of a call's bound arguments ([`OpEntry::check`]).
+pub type BindCheck = fn(&[Value]) -> std::result::Result<(), String>;
+
+/// The `f64` value of bound argument `i` (a `float`, or a runtime float
+/// already bound as a scalar), for [`BindCheck`]s.
+pub fn bound_f64(bound: &[Value], i: usize) -> Option<f64> {
+    match bound.get(i)? {
+        Value::Double(x) => Some(*x),
+        Value::Int(x) => Some(*x as f64),
+        Value::Scalar(s) => Some(s.to_f64()),
+        _ => None,
+    }
+}
+
 pub struct OpDef {
     pub schema: Schema,
     c_name: std::ffi::CString,
@@ -523,6 +547,10 @@ pub struct OpDef {
     /// `float` arguments passed as runtime scalars, like `Scalar`s: a new
     /// value (an optimizer's learning rate) does not recompile.
     runtime_floats: Vec<usize>,
+    /// Checks of argument values made at every call, before any lowering:
+    /// a runtime value's range (a dropout probability) is invisible to the
+    /// lowering, which only sees a program parameter.
+    check: Option<BindCheck>,
     /// The plugin that provides the op (None for built-in ops).
     pub plugin: Option<Arc<str>>,
 }
@@ -541,6 +569,7 @@ impl OpDef {
             any_cast: false,
             cross_device: false,
             runtime_floats: Vec::new(),
+            check: None,
             plugin: None,
         }
     }
@@ -557,6 +586,9 @@ impl OpDef {
     /// runtime `float`s become float [`Scalar`]s.
     pub fn bind(&self, args: &[Value]) -> Result<Vec<Value>> {
         let mut bound = self.schema.bind(args)?;
+        if let Some(check) = self.check {
+            check(&bound).map_err(|message| Error::op(self.name(), message))?;
+        }
         for &i in &self.runtime_floats {
             if let Value::Double(x) = bound[i] {
                 bound[i] = Value::Scalar(Scalar::Float(x));
@@ -589,8 +621,15 @@ impl OpEntry<'_> {
         self.0.cross_device = true;
         self
     }
+    /// Checks the bound arguments at every call (strict and fused alike),
+    /// before the runtime floats become scalars: `Err` is the message of an
+    /// error naming the op.
+    pub fn check(self, check: BindCheck) -> Self {
+        self.0.check = Some(check);
+        self
+    }
     /// Passes the named `float` arguments as runtime scalars (lowerings read
-    /// them with [`Args::scalar`]).
+    /// them with [`Args::scalar`] or [`Args::runtime_f64`]).
     pub fn runtime_floats(self, names: &[&str]) -> Self {
         for name in names {
             let i = self.0.schema.args.iter().position(|a| a.name == *name && a.ty == ArgType::Float);

@@ -12,7 +12,7 @@ use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::shape::{self, fmt};
 
 use super::common::{float_of, prepare, result_dtype, up, Ew};
-use super::{Args, Cx, Builder};
+use super::{bound_f64, Args, Builder, Cx};
 
 mod act;
 mod grad;
@@ -839,22 +839,22 @@ fn avg_pool(
 // ------------------------------------------------------------------ dropout
 
 fn register_dropout(r: &mut Builder) {
+    // `p` is a runtime value (a dropout schedule does not recompile), so its
+    // range is checked at the call.
     r.op("aten::native_dropout(Tensor input, float p, bool? train) -> (Tensor, Tensor)", |cx, a| {
         let x = a.tensor(0)?;
-        let p = a.float(1)?;
         let train = a.opt_bool(2).unwrap_or(true);
-        if !(0.0..=1.0).contains(&p) {
-            bail_op!(&*cx.op, "dropout probability has to be between 0 and 1, but got {p}");
-        }
         let d = require_float(cx, x, "native_dropout")?;
         let dims = cx.dims(x);
         let n = shape::numel(&dims);
-        if !train || p == 0.0 || n == 0 {
+        if !train || n == 0 {
             let keep = cx.f.splat(&Ty::new(Elem::Pred, &dims), 1.0);
             // The identity (PyTorch returns a clone; a read is already a new value).
             return Ok(vec![x, keep]);
         }
-        // Uniform [0, 1) floats from the top 24 bits, kept with probability 1 - p.
+        let p = a.runtime_f64(cx, 1)?;
+        // Uniform [0, 1) floats from the top 24 bits, kept with probability
+        // 1 - p (all of them when p is 0: u < 1 always holds).
         let state = cx.rng_state();
         let (_, bits) = cx.f.rng_bit_generator(state, &Ty::new(Elem::U32, &[n]));
         let eight = cx.f.splat_int(&Ty::new(Elem::U32, &[n]), 8);
@@ -862,16 +862,30 @@ fn register_dropout(r: &mut Builder) {
         let u = cx.f.convert(top, Elem::F32);
         let scale24 = cx.f.splat(&Ty::new(Elem::F32, &[n]), 1.0 / (1u64 << 24) as f64);
         let u = cx.f.mul(u, scale24);
-        let keep_p = cx.f.splat(&Ty::new(Elem::F32, &[n]), 1.0 - p);
+        let one = cx.f.constant(Elem::F64, 1.0);
+        let keep_p64 = cx.f.sub(one, p);
+        let keep_p = cx.f.convert(keep_p64, Elem::F32);
+        let keep_p = cx.f.broadcast_to(keep_p, &[n]);
         let keep = cx.f.compare(Cmp::Lt, u, keep_p);
         let keep = cx.f.reshape(keep, &dims);
         let xc = up(cx, x);
-        let kf = cx.f.convert(keep, cx.ty(xc).elem);
-        let scale = if p == 1.0 { 0.0 } else { 1.0 / (1.0 - p) };
-        let sv = cx.f.full_like(xc, scale);
+        let e = cx.ty(xc).elem;
+        let kf = cx.f.convert(keep, e);
+        // 1 / (1 - p) in f64, as the host computes it; 0 when p is 1.
+        let inv = cx.f.div(one, keep_p64);
+        let zero = cx.f.constant(Elem::F64, 0.0);
+        let all_dropped = cx.f.compare(Cmp::Eq, keep_p64, zero);
+        let scale = cx.f.select(all_dropped, zero, inv);
+        let scale = cx.f.convert(scale, e);
+        let sv = cx.f.broadcast_to(scale, &dims);
         let y = cx.f.mul(xc, kf);
         let y = cx.f.mul(y, sv);
         Ok(vec![cx.f.convert(y, d), keep])
+    })
+    .runtime_floats(&["p"])
+    .check(|bound| match bound_f64(bound, 1) {
+        Some(p) if !(0.0..=1.0).contains(&p) => Err(format!("dropout probability has to be between 0 and 1, but got {p}")),
+        _ => Ok(()),
     });
     // grad * mask * scale, in PyTorch's order (the mask first).
     r.op("aten::native_dropout_backward(Tensor grad_output, Tensor mask, float scale) -> Tensor", |cx, a| {

@@ -12,17 +12,22 @@
 //! results are those of `torch.optim`'s single-tensor forms, which round the
 //! same operations in the same order.
 //!
-//! The learning rate is a runtime value (a `float` passed as a scalar, or
-//! the `.tensor_lr` tensor), so a scheduler does not recompile the step. A
+//! The hyperparameters are runtime values: the learning rate (a `float`
+//! passed as a scalar, or the `.tensor_lr` tensor), the betas, eps, weight
+//! decay, momentum and dampening. A scheduler (`OneCycleLR` cycles the
+//! momentum or beta1 as well as the learning rate) never recompiles the step.
+//! Branches PyTorch takes on their values on the host (`weight_decay != 0`,
+//! the two forms of `lerp`) are selects in the program. A
 //! nonzero `found_inf` (GradScaler saw infs) leaves every tensor unchanged,
 //! decided inside the program so the step needs no host read.
 
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::tensor::Value;
 use crate::hlo::{Cmp, Elem, V};
 
-use super::{Args, Cx, Input, Builder};
+use super::{bound_f64, Args, Builder, Cx, Input};
 
 pub fn register(r: &mut Builder) {
     const ADAM_ARGS: &str = "(Tensor(a!)[] self, Tensor(b!)[] grads, Tensor(c!)[] exp_avgs, Tensor(d!)[] exp_avg_sqs, \
@@ -30,15 +35,21 @@ pub fn register(r: &mut Builder) {
          float eps, bool amsgrad, bool maximize, Tensor? grad_scale=None, Tensor? found_inf=None) -> ()";
     for (name, decoupled) in [("_fused_adam_", false), ("_fused_adamw_", true)] {
         let args = ADAM_ARGS.replace("LR", "float");
-        r.op(&format!("aten::{name}{args}"), move |cx, a| adam(cx, a, decoupled)).runtime_floats(&["lr"]);
+        r.op(&format!("aten::{name}{args}"), move |cx, a| adam(cx, a, decoupled))
+            .runtime_floats(&["lr", "beta1", "beta2", "weight_decay", "eps"]);
         let args = ADAM_ARGS.replace("LR", "Tensor");
-        r.op(&format!("aten::{name}.tensor_lr{args}"), move |cx, a| adam(cx, a, decoupled));
+        r.op(&format!("aten::{name}.tensor_lr{args}"), move |cx, a| adam(cx, a, decoupled))
+            .runtime_floats(&["beta1", "beta2", "weight_decay", "eps"]);
     }
     const SGD_ARGS: &str = "(Tensor(a!)[] self, Tensor(b!)[] grads, Tensor(c!)[] momentum_buffer_list, *, \
          float weight_decay, float momentum, LR lr, float dampening, bool nesterov, bool maximize, bool is_first_step, \
          Tensor? grad_scale=None, Tensor? found_inf=None) -> ()";
-    r.op(&format!("aten::_fused_sgd_{}", SGD_ARGS.replace("LR", "float")), sgd).runtime_floats(&["lr"]);
-    r.op(&format!("aten::_fused_sgd_.tensor_lr{}", SGD_ARGS.replace("LR", "Tensor")), sgd);
+    r.op(&format!("aten::_fused_sgd_{}", SGD_ARGS.replace("LR", "float")), sgd)
+        .runtime_floats(&["lr", "weight_decay", "momentum", "dampening"])
+        .check(sgd_momentum_buffers);
+    r.op(&format!("aten::_fused_sgd_.tensor_lr{}", SGD_ARGS.replace("LR", "Tensor")), sgd)
+        .runtime_floats(&["weight_decay", "momentum", "dampening"])
+        .check(sgd_momentum_buffers);
 }
 
 /// What every fused step shares: the opmath of each tensor, the learning
@@ -118,12 +129,6 @@ fn bcast(cx: &mut Cx, s: V, like: V) -> V {
     cx.f.broadcast_to(s, &dims)
 }
 
-/// The constant `x` rounded to `o`, broadcast to the shape of `like`.
-fn konst(cx: &mut Cx, o: DType, x: f64, like: V) -> V {
-    let c = cx.f.constant(o.into(), x);
-    bcast(cx, c, like)
-}
-
 /// A rank-0 f64 value converted to `o` and broadcast to the shape of `like`.
 fn runtime(cx: &mut Cx, v64: V, o: DType, like: V) -> V {
     let v = cx.f.convert(v64, o);
@@ -157,14 +162,22 @@ fn check_lists(cx: &Cx, params: &[V], lists: &[(&str, &[V])]) -> Result<()> {
     Ok(())
 }
 
-/// The opmath of `o` rounding of the host double `x` (what `opmath_t(x)`
-/// gives in the CPU kernels).
-fn round_to(o: DType, x: f64) -> f64 {
-    if o == DType::F64 {
-        x
-    } else {
-        x as f32 as f64
-    }
+/// `x != 0` for a rank-0 f64 `x`, broadcast to the shape of `like`.
+fn nonzero_like(cx: &mut Cx, x: V, like: V) -> V {
+    let zero = cx.f.constant(Elem::F64, 0.0);
+    let nz = cx.f.compare(Cmp::Ne, x, zero);
+    let dims = cx.dims(like);
+    cx.f.broadcast_to(nz, &dims)
+}
+
+/// `g + p * weight_decay` where `weight_decay != 0`, else `g` (PyTorch skips
+/// the term on the host: `0 * inf` must not reach the gradient).
+fn coupled_decay(cx: &mut Cx, g: V, p: V, wd64: V, o: DType) -> V {
+    let wd = runtime(cx, wd64, o, p);
+    let pw = cx.f.mul(p, wd);
+    let decayed = cx.f.add(g, pw);
+    let on = nonzero_like(cx, wd64, g);
+    cx.f.select(on, decayed, g)
 }
 
 fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
@@ -174,7 +187,6 @@ fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
     let exp_avg_sqs = a.tensors(3)?.to_vec();
     let max_exp_avg_sqs = a.tensors(4)?.to_vec();
     let steps = a.tensors(5)?.to_vec();
-    let (beta1, beta2, weight_decay, eps) = (a.float(7)?, a.float(8)?, a.float(9)?, a.float(10)?);
     let (amsgrad, maximize) = (a.bool(11)?, a.bool(12)?);
     let mut lists: Vec<(&str, &[V])> =
         vec![("grads", &grads), ("exp_avgs", &exp_avgs), ("exp_avg_sqs", &exp_avg_sqs)];
@@ -186,6 +198,14 @@ fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
         bail_op!(&*cx.op, "state_steps has {} tensors, but there are {} params", steps.len(), params.len());
     }
     let st = Step::new(cx, a, 6, 13, 14)?;
+    // Rank-0 f64 program parameters: what the host computes in double
+    // (1 - beta1, the bias corrections) is computed in f64 here too, and
+    // rounded to opmath where the CPU kernel rounds it.
+    let (beta1, beta2) = (a.runtime_f64(cx, 7)?, a.runtime_f64(cx, 8)?);
+    let (weight_decay, eps) = (a.runtime_f64(cx, 9)?, a.runtime_f64(cx, 10)?);
+    let one = cx.f.constant(Elem::F64, 1.0);
+    let one_minus_beta1 = cx.f.sub(one, beta1);
+    let one_minus_beta2 = cx.f.sub(one, beta2);
 
     let n = params.len();
     let mut new_params = Vec::with_capacity(n);
@@ -198,10 +218,8 @@ fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
         // Bias corrections in f64 from the step (already counted).
         let step = one_element(cx, steps[i], "state_steps")?;
         let step = cx.f.convert(step, Elem::F64);
-        let one = cx.f.constant(Elem::F64, 1.0);
-        let correction = |cx: &mut Cx, beta: f64| {
-            let b = cx.f.constant(Elem::F64, beta);
-            let pw = cx.f.binary("stablehlo.power", b, step);
+        let correction = |cx: &mut Cx, beta: V| {
+            let pw = cx.f.binary("stablehlo.power", beta, step);
             cx.f.sub(one, pw)
         };
         let bc1 = correction(cx, beta1);
@@ -218,38 +236,39 @@ fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
             g = cx.f.neg(g);
         }
         let mut p = cx.f.convert(params[i], o);
-        if weight_decay != 0.0 {
-            if decoupled {
-                // param *= 1 - lr * weight_decay, the factor in f64.
-                let wd = cx.f.constant(Elem::F64, weight_decay);
-                let lr_wd = cx.f.mul(st.lr, wd);
-                let factor = cx.f.sub(one, lr_wd);
-                let factor = runtime(cx, factor, o, p);
-                p = cx.f.mul(p, factor);
-            } else {
-                let wd = konst(cx, o, weight_decay, p);
-                let pw = cx.f.mul(p, wd);
-                g = cx.f.add(g, pw);
-            }
-        }
-        // exp_avg.lerp_(grad, 1 - beta1)
-        let m = cx.f.convert(exp_avgs[i], o);
-        let w = round_to(o, 1.0 - beta1);
-        let diff = cx.f.sub(g, m);
-        let m = if w.abs() < 0.5 {
-            let wv = konst(cx, o, w, m);
-            let t = cx.f.mul(wv, diff);
-            cx.f.add(m, t)
+        if decoupled {
+            // param *= 1 - lr * weight_decay, the factor in f64 (exactly 1
+            // without decay, which leaves every param as it is).
+            let lr_wd = cx.f.mul(st.lr, weight_decay);
+            let factor = cx.f.sub(one, lr_wd);
+            let factor = runtime(cx, factor, o, p);
+            p = cx.f.mul(p, factor);
         } else {
-            let omw = konst(cx, o, round_to(o, 1.0 - w), m);
-            let t = cx.f.mul(diff, omw);
-            cx.f.sub(g, t)
-        };
+            g = coupled_decay(cx, g, p, weight_decay, o);
+        }
+        // exp_avg.lerp_(grad, 1 - beta1): PyTorch's lerp takes one of two
+        // forms by |weight| < 0.5, the weight rounded to opmath first.
+        let m = cx.f.convert(exp_avgs[i], o);
+        let w = cx.f.convert(one_minus_beta1, o);
+        let diff = cx.f.sub(g, m);
+        let wv = bcast(cx, w, m);
+        let t = cx.f.mul(wv, diff);
+        let near_start = cx.f.add(m, t);
+        let w64 = cx.f.convert(w, Elem::F64);
+        let omw = cx.f.sub(one, w64);
+        let omw = runtime(cx, omw, o, m);
+        let t = cx.f.mul(diff, omw);
+        let near_end = cx.f.sub(g, t);
+        let abs_w = cx.f.unary("stablehlo.abs", w64);
+        let half = cx.f.constant(Elem::F64, 0.5);
+        let small = cx.f.compare(Cmp::Lt, abs_w, half);
+        let small = bcast(cx, small, m);
+        let m = cx.f.select(small, near_start, near_end);
         // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         let v = cx.f.convert(exp_avg_sqs[i], o);
-        let b2 = konst(cx, o, beta2, v);
+        let b2 = runtime(cx, beta2, o, v);
         let v = cx.f.mul(v, b2);
-        let c2 = konst(cx, o, 1.0 - beta2, v);
+        let c2 = runtime(cx, one_minus_beta2, o, v);
         let cg = cx.f.mul(c2, g);
         let cgg = cx.f.mul(cg, g);
         let v = cx.f.add(v, cgg);
@@ -265,7 +284,7 @@ fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
         let root = cx.f.unary("stablehlo.sqrt", base);
         let bc2_sqrt = runtime(cx, bc2_sqrt, o, root);
         let denom = cx.f.div(root, bc2_sqrt);
-        let e = konst(cx, o, eps, denom);
+        let e = runtime(cx, eps, o, denom);
         let denom = cx.f.add(denom, e);
         let ss = runtime(cx, step_size, o, m);
         let num = cx.f.mul(ss, m);
@@ -283,18 +302,43 @@ fn adam(cx: &mut Cx, a: &Args, decoupled: bool) -> Result<Vec<V>> {
     Ok([new_params, new_grads, new_avgs, new_sqs, new_maxes].concat())
 }
 
+/// `_fused_sgd_` with a nonzero momentum needs one buffer per param; the
+/// momentum is a runtime value, so this is checked at the call.
+fn sgd_momentum_buffers(bound: &[Value]) -> std::result::Result<(), String> {
+    let count = |i: usize| match &bound[i] {
+        Value::TensorList(ts) => ts.len(),
+        _ => 0,
+    };
+    let momentum = bound_f64(bound, 4).unwrap_or(0.0);
+    if momentum != 0.0 && count(2) != count(0) {
+        return Err(format!(
+            "momentum_buffer_list has {} tensors, but there are {} params (momentum is {momentum})",
+            count(2),
+            count(0)
+        ));
+    }
+    Ok(())
+}
+
 fn sgd(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     let params = a.tensors(0)?.to_vec();
     let grads = a.tensors(1)?.to_vec();
     let bufs = a.tensors(2)?.to_vec();
-    let (weight_decay, momentum, dampening) = (a.float(3)?, a.float(4)?, a.float(6)?);
     let (nesterov, maximize, is_first_step) = (a.bool(7)?, a.bool(8)?, a.bool(9)?);
+    // PyTorch passes momentum buffers exactly when the momentum is nonzero
+    // (checked at the call, `sgd_momentum_buffers`); with buffers, a
+    // momentum of 0 at run time leaves them as they are.
+    let with_buffers = !bufs.is_empty();
     let mut lists: Vec<(&str, &[V])> = vec![("grads", &grads)];
-    if momentum != 0.0 {
+    if with_buffers {
         lists.push(("momentum_buffer_list", &bufs));
     }
     check_lists(cx, &params, &lists)?;
     let st = Step::new(cx, a, 5, 10, 11)?;
+    let (weight_decay, momentum) = (a.runtime_f64(cx, 3)?, a.runtime_f64(cx, 4)?);
+    let dampening = a.runtime_f64(cx, 6)?;
+    let one = cx.f.constant(Elem::F64, 1.0);
+    let one_minus_dampening = cx.f.sub(one, dampening);
 
     let n = params.len();
     let mut new_params = Vec::with_capacity(n);
@@ -311,40 +355,37 @@ fn sgd(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
             g = cx.f.neg(g);
         }
         let p = cx.f.convert(params[i], o);
-        if weight_decay != 0.0 {
-            let wd = konst(cx, o, weight_decay, p);
-            let pw = cx.f.mul(p, wd);
-            g = cx.f.add(g, pw);
-        }
-        if momentum != 0.0 {
+        g = coupled_decay(cx, g, p, weight_decay, o);
+        if with_buffers {
             let buf = if is_first_step {
                 g
             } else {
                 // buf * momentum + grad * (1 - dampening)
                 let b = cx.f.convert(bufs[i], o);
-                let mo = konst(cx, o, momentum, b);
+                let mo = runtime(cx, momentum, o, b);
                 let b = cx.f.mul(b, mo);
-                let c = konst(cx, o, 1.0 - dampening, g);
+                let c = runtime(cx, one_minus_dampening, o, g);
                 let cg = cx.f.mul(g, c);
                 cx.f.add(b, cg)
             };
-            new_bufs.push(st.store(cx, bufs[i], buf));
-            g = if nesterov {
-                let mo = konst(cx, o, momentum, buf);
+            let on = nonzero_like(cx, momentum, g);
+            let old = cx.f.convert(bufs[i], o);
+            let kept = cx.f.select(on, buf, old);
+            new_bufs.push(st.store(cx, bufs[i], kept));
+            let moved = if nesterov {
+                let mo = runtime(cx, momentum, o, buf);
                 let t = cx.f.mul(buf, mo);
                 cx.f.add(g, t)
             } else {
                 buf
             };
+            g = cx.f.select(on, moved, g);
         }
         // param - grad * lr
         let lr = runtime(cx, st.lr, o, g);
         let t = cx.f.mul(g, lr);
         let p = cx.f.sub(p, t);
         new_params.push(st.store(cx, params[i], p));
-    }
-    if momentum == 0.0 {
-        new_bufs = bufs.iter().map(|_| cx.none()).collect();
     }
     Ok([new_params, new_grads, new_bufs].concat())
 }

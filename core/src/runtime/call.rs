@@ -6,6 +6,7 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
+use crate::cache::NodeSummary;
 use crate::dtype::{can_cast, DType};
 use crate::error::{Error, Result};
 use crate::hlo::{Elem, Ty, V};
@@ -180,6 +181,30 @@ pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat, in
     }
     k.push_str(if index_checks { "|i1" } else { "|i0" });
     k
+}
+
+/// One call as recompile explanations describe it: the op, the dtype and
+/// shape of each tensor input, and the other arguments.
+pub(crate) fn node_summary(def: &OpDef, args: &[Arg], tensors: &[TensorDesc]) -> NodeSummary {
+    NodeSummary {
+        op: def.name().to_string(),
+        inputs: tensors.iter().map(|t| (t.dtype, t.sizes.to_vec())).collect(),
+        attrs: attrs_of(args),
+    }
+}
+
+/// The non-tensor arguments, as explanations print them.
+fn attrs_of(args: &[Arg]) -> String {
+    let parts: Vec<String> = args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Other(Value::Scalar(s)) => Some(format!("Scalar<{:?}>", s.kind())),
+            Arg::Other(Value::None) => None,
+            Arg::Other(v) => Some(format!("{v:?}")),
+            _ => None,
+        })
+        .collect();
+    parts.join(", ")
 }
 
 /// A call lowered into an enclosing function.

@@ -60,6 +60,7 @@ impl Runtime {
                 attrs: format!("{} group={group:?}", c.attrs()).trim().to_string(),
             }],
             outputs: vec![(dtype, out_sizes.clone())],
+            strict: false,
         };
         let what = format!("{name} of {dtype}{} over {} devices", shape::fmt(&sizes), group.len());
         let options = CompileOptions::Replicated { device_ids: group.to_vec() };

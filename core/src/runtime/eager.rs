@@ -5,19 +5,23 @@
 //! layout of every tensor (storage size, dtype, sizes, strides, aliasing),
 //! the kind (not the value) of every runtime scalar, and every other
 //! attribute. The signature keys the executable cache; a miss lowers the op
-//! to StableHLO and compiles it. Offsets and Python scalars are runtime
-//! arguments, so neither `x[i]` for a new `i` nor a new learning rate
-//! recompiles.
+//! to StableHLO and looks the program up in the runtime's two-tier
+//! [`ProgramCache`](crate::cache::ProgramCache), the one fused graphs use: an
+//! op is a one-op program there, so a second process loads it from disk
+//! instead of compiling, and a miss is explained against the programs seen
+//! before (the op and the shape, dtype or attribute that differs). Offsets and
+//! Python scalars are runtime arguments, so neither `x[i]` for a new `i` nor a
+//! new learning rate recompiles.
 //!
 //! Programs take whole storages as rank-1 parameters, read views inside the
 //! program ([`crate::view`]), and return new storages; writes through views
 //! return the updated base value, which rebinds the storage cell.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use super::call::{build_returns, lower_program, signature, Flat, Out, Ret};
+use super::call::{build_returns, Arg, lower_program, node_summary, signature, Flat, Out, Ret};
 use super::{current_mode, ExecMode, Runtime, Stats};
+use crate::cache::GraphSummary;
 use crate::error::{Error, Result};
 use crate::graph::FlushReason;
 use crate::hlo::Elem;
@@ -30,7 +34,7 @@ use crate::trace::{self, Category};
 
 /// A compiled op signature: the executable and how to feed and unpack it.
 pub(crate) struct Compiled {
-    exe: Executable,
+    exe: Arc<Executable>,
     plan: Vec<ParamSrc>,
     pub(crate) outputs: Vec<Out>,
     pub(crate) returns: Vec<Ret>,
@@ -111,19 +115,19 @@ impl Runtime {
         if current_mode() == ExecMode::DeferAndFuse {
             let same_device = flat.slots.iter().all(|s| s.device() == device);
             if same_device || !def.cross_device {
-                if def.plugin.is_some() && !self.cache.lock().contains_key(&key) {
+                if def.plugin.is_some() && !self.signatures.lock().contains(&key) {
                     // A trial compile of the plugin op alone, once per
                     // signature (kept for strict mode): a fragment that does
                     // not compile fails here, naming the plugin and the op,
                     // instead of failing the fused program around it.
                     let c = Arc::new(self.compile(def, bound, &flat)?);
-                    self.cache.lock().insert(key.clone(), c);
+                    self.memo(key.clone(), c);
                 }
                 return self.record(id, def, bound, &flat, device, &key);
             }
         }
 
-        let cached = self.cache.lock().get(&key).cloned();
+        let cached = self.signatures.lock().get(&key);
         let compiled = match cached {
             Some(c) => {
                 Stats::bump(&self.stats.cache_hits);
@@ -132,7 +136,7 @@ impl Runtime {
             None => {
                 Stats::bump(&self.stats.cache_misses);
                 let c = Arc::new(self.compile(def, bound, &flat)?);
-                self.cache.lock().insert(key, c.clone());
+                self.memo(key, c.clone());
                 c
             }
         };
@@ -174,25 +178,39 @@ impl Runtime {
         Ok(lower_program(def, &bound, &Flat::new(&bound), self.index_checks.enabled())?.0)
     }
 
+    /// Remembers a signature's program, unless the program cache is off
+    /// (then every call compiles, as every fused flush does).
+    fn memo(&self, key: String, c: Arc<Compiled>) {
+        if self.programs.enabled() {
+            self.signatures.lock().insert(key, c);
+        }
+    }
+
+    /// The call's one-op program from the program cache (memory, then disk),
+    /// compiled on a miss.
     fn compile(&self, def: &OpDef, bound: &[Value], flat: &Flat) -> Result<Compiled> {
         let op = def.name();
         let (text, plan, lowered) = lower_program(def, bound, flat, self.index_checks.enabled())?;
-        let start = Instant::now();
-        let exe = self.client.compile(op, &text, &CompileOptions::Portable).map_err(|e| match (&def.plugin, e) {
-            (Some(plugin), Error::Compile { message, program, .. }) => Error::WasmPlugin {
-                plugin: plugin.to_string(),
-                op: Some(op.to_string()),
-                kind: crate::error::PluginFailure::InvalidStableHlo,
-                message: format!("its fragment does not compile: {message}\n--- StableHLO ---\n{program}"),
-            },
-            (_, e) => e,
-        })?;
-        let ns = start.elapsed().as_nanos() as u64;
-        self.stats.compile_ns.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
-        Stats::bump(&self.stats.compiles);
+        let args: Vec<Arg> = bound.iter().map(Arg::of).collect();
+        let outputs = lowered.specs.iter().filter_map(|o| match o {
+            Out::New { sizes, dtype } => Some((*dtype, sizes.to_vec())),
+            Out::Write { slot } => Some((flat.slots[*slot].dtype(), vec![flat.slots[*slot].numel()])),
+            Out::Checks(_) => None,
+        });
+        let summary =
+            GraphSummary { nodes: vec![node_summary(def, &args, &flat.tensors)], outputs: outputs.collect(), strict: true };
+        let (exe, _) =
+            self.cached_program(op, &text, &CompileOptions::Portable, &summary).map_err(|e| match (&def.plugin, e) {
+                (Some(plugin), Error::Compile { message, program, .. }) => Error::WasmPlugin {
+                    plugin: plugin.to_string(),
+                    op: Some(op.to_string()),
+                    kind: crate::error::PluginFailure::InvalidStableHlo,
+                    message: format!("its fragment does not compile: {message}\n--- StableHLO ---\n{program}"),
+                },
+                (_, e) => e,
+            })?;
         Ok(Compiled { exe, plan, outputs: lowered.specs, returns: lowered.returns })
     }
-
 
     fn execute(
         self: &Arc<Self>,

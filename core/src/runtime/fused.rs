@@ -13,9 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::call::{build_returns, combine_checks, lower_call, lower_program, Arg, Flat, Out, Ret, TensorDesc};
+use super::call::{build_returns, combine_checks, lower_call, lower_program, node_summary, Arg, Flat, Out, Ret, TensorDesc};
 use super::{Runtime, Stats};
-use crate::cache::{CacheKey, GraphSummary, NodeSummary, Tier};
+use crate::cache::{CacheKey, GraphSummary, Tier};
 use crate::error::{Error, Result};
 use crate::graph::policy::{Decision, OpInfo};
 use crate::graph::{hash_of, FlushReason, Node, Recording, Src};
@@ -315,11 +315,7 @@ impl Runtime {
                     })?),
                 });
             }
-            summary.nodes.push(NodeSummary {
-                op: def.name().to_string(),
-                inputs: tensors.iter().map(|t| (t.dtype, t.sizes.to_vec())).collect(),
-                attrs: attrs_of(&inf.args),
-            });
+            summary.nodes.push(node_summary(def, &inf.args, &tensors));
         }
 
         // Outputs in canonical order; storages that share a value share it.
@@ -438,18 +434,4 @@ impl Runtime {
             env!("CARGO_PKG_VERSION")
         )
     }
-}
-
-/// The non-tensor arguments, as explanations print them.
-fn attrs_of(args: &[Arg]) -> String {
-    let parts: Vec<String> = args
-        .iter()
-        .filter_map(|a| match a {
-            Arg::Other(Value::Scalar(s)) => Some(format!("Scalar<{:?}>", s.kind())),
-            Arg::Other(Value::None) => None,
-            Arg::Other(v) => Some(format!("{v:?}")),
-            _ => None,
-        })
-        .collect();
-    parts.join(", ")
 }

@@ -29,7 +29,7 @@ pub use memory::{MemoryInfo, MemorySource};
 pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Stream, StreamEvent, Streams};
 
-use crate::cache::{CacheConfig, ProgramCache};
+use crate::cache::{CacheConfig, Lru, ProgramCache};
 use crate::graph::policy::{FuseAll, FusionPolicy};
 use crate::graph::{FlushReason, Recording};
 use fused::InferTable;
@@ -65,7 +65,10 @@ const SCALAR_CACHE_LIMIT: usize = 4096;
 pub struct Runtime {
     client: Arc<Client>,
     plugin: PathBuf,
-    cache: Mutex<HashMap<String, Arc<Compiled>>>,
+    /// Strict mode's memo in front of the program cache: a call's signature
+    /// to its compiled program, so a hit skips lowering and hashing. Bounded
+    /// like the program cache's memory tier, whose executables it shares.
+    signatures: Mutex<Lru<String, Arc<Compiled>>>,
     stats: Stats,
     /// Each device's default generator.
     generators: Vec<Generator>,
@@ -129,10 +132,11 @@ impl Runtime {
         let recordings: Vec<Mutex<Recording>> = (0..client.device_count()).map(|d| Mutex::new(Recording::new(d as u64, d))).collect();
         let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);
         let streams = Streams::new(client.device_count());
+        let cache_config = CacheConfig::from_env();
         Ok(Arc::new(Runtime {
             client,
             plugin: found.path,
-            cache: Mutex::new(HashMap::new()),
+            signatures: Mutex::new(Lru::new(cache_config.memory_entries)),
             stats: Stats::default(),
             generators,
             scalars: Mutex::new(HashMap::new()),
@@ -141,7 +145,7 @@ impl Runtime {
             infers: Mutex::new(InferTable::default()),
             failed: Mutex::new(HashMap::new()),
             fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseAll), max_ops }),
-            programs: ProgramCache::new(CacheConfig::from_env()),
+            programs: ProgramCache::new(cache_config),
             last_flush: Mutex::new(None),
             streams,
             index_checks: checks::IndexChecks::from_env(),
@@ -198,18 +202,19 @@ impl Runtime {
 
     pub fn stats(&self) -> StatsSnapshot {
         let mut s = self.stats.snapshot();
-        s.cached_programs = self.cache.lock().len() as u64;
+        s.cached_programs = self.signatures.lock().len() as u64;
         s
     }
 
     /// Drops every cached executable, in memory and on disk (the next call
     /// of each op or graph compiles).
     pub fn clear_cache(&self) -> Result<()> {
-        self.cache.lock().clear();
+        self.signatures.lock().clear();
         self.programs.clear()
     }
 
-    /// The fused-program cache (two tiers, with miss explanations).
+    /// The program cache of every mode (two tiers, with miss explanations):
+    /// fused graphs, and strict-mode ops as one-op programs.
     pub fn program_cache(&self) -> &ProgramCache {
         &self.programs
     }
@@ -441,7 +446,7 @@ impl Runtime {
         if !self.streams.shutdown(deadline) {
             return Err(late("stream work was still running", "the PJRT client"));
         }
-        self.cache.lock().clear();
+        self.signatures.lock().clear();
         self.scalars.lock().clear();
         self.programs.release_loaded();
         if !self.client.close(stream::remaining(deadline)) {

@@ -1,0 +1,204 @@
+"""What compiles, and what does not (issue 21): one program cache for every
+mode, and Python numbers that never recompile.
+
+Compile counts come from `torch.tpu.compile_cache_stats()`; every result is
+checked against PyTorch on CPU (or, for random ops, against what the value
+must be)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def _compiles() -> int:
+    return torch.tpu.compile_cache_stats()["compiles"]
+
+
+def _steady(body, warmup: int = 3, steps: int = 5) -> int:
+    """Runs `body(i)` `warmup` times, then `steps` more times with new values
+    of `i`, and returns how many programs the later steps compiled."""
+    for i in range(warmup):
+        body(i)
+    torch.tpu.synchronize()
+    before = _compiles()
+    for i in range(warmup, warmup + steps):
+        body(i)
+    torch.tpu.synchronize()
+    return _compiles() - before
+
+
+# ------------------------------------------------- scalars are arguments
+
+X = torch.linspace(-3, 3, 96).reshape(8, 12)
+
+# (name, f(x, value)), each checked against the CPU at every step.
+SCALAR_CASES = {
+    "mul": lambda x, v: x * (0.5 + v),
+    "add alpha": lambda x, v: torch.add(x, x, alpha=0.1 * v),
+    "clamp bounds": lambda x, v: x.clamp(-1 - 0.1 * v, 1 + 0.1 * v),
+    "fill value": lambda x, v: torch.full_like(x, 0.25 * v),
+    "masked_fill value": lambda x, v: x.masked_fill(x > 0, 0.1 * v),
+    "pow exponent": lambda x, v: x.abs().pow(1 + 0.1 * v),
+    "leaky_relu slope": lambda x, v: F.leaky_relu(x, 0.01 * (v + 1)),
+    "hardtanh bounds": lambda x, v: F.hardtanh(x, -1 - 0.1 * v, 1 + 0.1 * v),
+    "lerp weight": lambda x, v: torch.lerp(x, 2 * x, 0.1 * v),
+    "where other": lambda x, v: torch.where(x > 0, x, 0.1 * v),
+}
+
+
+@pytest.mark.parametrize("case", list(SCALAR_CASES))
+def test_python_numbers_do_not_recompile(case, eager_mode):
+    f = SCALAR_CASES[case]
+    x = X.to("tpu")
+
+    def body(i):
+        torch.testing.assert_close(f(x, i).cpu(), f(X, i))
+
+    assert _steady(body) == 0
+
+
+def test_dropout_probability_does_not_recompile(eager_mode):
+    x = torch.ones(64, 64, device="tpu")
+
+    def body(i):
+        p = 0.1 + 0.1 * i
+        y = F.dropout(x, p).cpu()
+        kept = y != 0
+        # Every kept element is scaled by exactly 1 / (1 - p) (as float32).
+        torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / (1 - p)), rtol=0, atol=0)
+        # 4096 draws: the kept fraction is within 5 standard deviations of 1 - p.
+        sd = (p * (1 - p) / 4096) ** 0.5
+        assert abs(kept.float().mean().item() - (1 - p)) < 5 * sd
+
+    assert _steady(body) == 0
+    assert (F.dropout(x, 1.0).cpu() == 0).all()
+    assert torch.equal(F.dropout(x, 0.0).cpu(), torch.ones(64, 64))
+    with pytest.raises(RuntimeError, match="dropout probability has to be between 0 and 1, but got 1.5"):
+        torch.ops.aten.native_dropout(x, 1.5, True)
+
+
+def test_bernoulli_probability_does_not_recompile(eager_mode):
+    x = torch.empty(4096, device="tpu")
+
+    def body(i):
+        p = 0.2 + 0.1 * i
+        mean = x.bernoulli_(p).cpu().mean().item()
+        assert abs(mean - p) < 5 * (p * (1 - p) / 4096) ** 0.5
+
+    assert _steady(body) == 0
+    with pytest.raises(RuntimeError, match="bernoulli_ expects p to be in"):
+        x.bernoulli_(-0.5)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+# Optimizers whose hyperparameters a scheduler changes at every step:
+# OneCycleLR cycles the learning rate and the momentum (beta1 for Adam).
+OPTIMIZERS = {
+    "AdamW fused": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, fused=True),
+    "Adam fused": lambda ps: torch.optim.Adam(ps, lr=1e-2, fused=True),
+    "Adam fused wd": lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.05, fused=True),
+    "SGD fused": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, fused=True),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-2),
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_one_cycle_schedule_does_not_recompile(name, eager_mode):
+    steps = 8
+    models = {d: _model().to(d) for d in ("cpu", "tpu")}
+    opts = {d: OPTIMIZERS[name](models[d].parameters()) for d in models}
+    scheds = {d: torch.optim.lr_scheduler.OneCycleLR(opts[d], max_lr=0.05, total_steps=steps + 1) for d in models}
+    x = torch.randn(32, 12)
+    y = torch.randn(32, 3)
+
+    def body(_):
+        for d in ("cpu", "tpu"):
+            opts[d].zero_grad()
+            F.mse_loss(models[d](x.to(d)), y.to(d)).backward()
+            opts[d].step()
+            scheds[d].step()
+        for a, b in zip(models["tpu"].parameters(), models["cpu"].parameters()):
+            torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-6)
+
+    assert _steady(body, warmup=3, steps=steps - 3) == 0
+
+
+# ------------------------------------------ one cache for every mode
+
+CHILD = r"""
+import json, sys, time
+import torch, torch.nn as nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+x = torch.randn(2, 3, 8, 8)
+start = time.perf_counter()
+m = m.to("tpu")
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    m(x.to("tpu")).square().mean().backward()
+    opt.step()
+loss = m(x.to("tpu")).square().mean().item()
+s = torch.tpu.compile_cache_stats()
+print("RESULT " + json.dumps({"loss": loss, "compiles": s["compiles"], "disk_hits": s["disk_hits"],
+                              "seconds": time.perf_counter() - start}))
+"""
+
+
+def _cpu_loss() -> float:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    x = torch.randn(2, 3, 8, 8)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        m(x).square().mean().backward()
+        opt.step()
+    return m(x).square().mean().item()
+
+
+def _child(mode: str, cache_dir) -> dict:
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=str(cache_dir), TORCHTPU_EAGER_MODE=mode)
+    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_a_second_process_compiles_nothing(mode, tmp_path):
+    first = _child(mode, tmp_path)
+    second = _child(mode, tmp_path)
+    expected = _cpu_loss()
+    assert first["loss"] == pytest.approx(expected, rel=1e-5)
+    assert second["loss"] == pytest.approx(expected, rel=1e-5)
+    assert first["compiles"] > 0 and first["disk_hits"] == 0
+    assert second["compiles"] == 0 and second["disk_hits"] > 0
+
+
+def test_every_mode_explains_a_recompile(eager_mode):
+    # The inputs come from the host, so a fused graph is the op alone too.
+    torch.tanh(torch.ones(13, 7).to("tpu")).cpu()
+    torch.tanh(torch.ones(17, 7).to("tpu")).cpu()
+    why = torch.tpu.explain_recompiles()
+    assert "differs at node 0 (aten::tanh): input 0 shape [17, 7] vs [13, 7]" in why, why
+
+
+def test_strict_mode_names_an_op_compiled_for_the_first_time():
+    with torch.tpu.set_eager_mode("DEFER_NEVER"):
+        torch.ops.aten.hardsigmoid(torch.ones(3, 11, 5, device="tpu")).cpu()
+        why = torch.tpu.explain_recompiles()
+    assert why.startswith("first program of aten::hardsigmoid") or "aten::hardsigmoid" in why, why
