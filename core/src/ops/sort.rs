@@ -1,14 +1,15 @@
 //! Sorting: `sort`, `topk`, as one `stablehlo.sort` of the values together
 //! with an iota of their indices; and `nonzero_static`, a stable sort that
-//! moves the nonzero positions first. NaN sorts above every number (last when
+//! moves the nonzero positions first; and `isin`. NaN sorts above every number (last when
 //! ascending, first when descending) and equal values keep their order, as
 //! in PyTorch's CPU kernels.
 
 use crate::bail_op;
 use crate::error::Result;
-use crate::hlo::{Cmp, Elem, Func, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::shape;
 
+use super::common::{materialize, result_dtype, Ew};
 use super::{Builder, Composite, Cx};
 
 pub fn register(r: &mut Builder) {
@@ -37,6 +38,42 @@ pub fn register(r: &mut Builder) {
     r.op("aten::nonzero_static(Tensor self, *, SymInt size, int fill_value=-1) -> Tensor", |cx, a| {
         Ok(vec![nonzero_static(cx, a.tensor(0)?, a.int(1)?, a.int(2)?)?])
     });
+    const ISIN: &str = "*, bool assume_unique=False, bool invert=False) -> Tensor";
+    for decl in [
+        format!("aten::isin.Tensor_Tensor(Tensor elements, Tensor test_elements, {ISIN}"),
+        format!("aten::isin.Tensor_Scalar(Tensor elements, Scalar test_element, {ISIN}"),
+        format!("aten::isin.Scalar_Tensor(Scalar element, Tensor test_elements, {ISIN}"),
+    ] {
+        r.op(&decl, |cx, a| Ok(vec![isin(cx, Ew::arg(a, 0)?, Ew::arg(a, 1)?, a.bool(3)?)?]));
+    }
+}
+
+/// Whether each element equals any test element, in their promoted dtype
+/// (NaN equals nothing, as in PyTorch): one [n, m] comparison reduced over
+/// the m test elements. `assume_unique` only lets PyTorch pick a faster
+/// algorithm; the answer is the same.
+fn isin(cx: &mut Cx, elements: Ew, tests: Ew, invert: bool) -> Result<V> {
+    let d = result_dtype(cx, &[elements, tests]);
+    let flat = |cx: &mut Cx, x: Ew| -> (V, Vec<i64>) {
+        let v = match x {
+            Ew::T(t) => cx.f.convert(t, d),
+            Ew::S(_) => materialize(cx, x, d, &[]),
+        };
+        let dims = cx.dims(v);
+        let n = shape::numel(&dims);
+        (cx.f.reshape(v, &[n]), dims.to_vec())
+    };
+    let (e, dims) = flat(cx, elements);
+    let (t, _) = flat(cx, tests);
+    let (n, m) = (cx.dims(e)[0], cx.dims(t)[0]);
+    shape::checked_numel(&cx.op, &[n, m], 1)?;
+    let e = cx.f.broadcast_in_dim(e, &[0], &[n, m]);
+    let t = cx.f.broadcast_in_dim(t, &[1], &[n, m]);
+    let eq = cx.f.compare(Cmp::Eq, e, t);
+    let no = cx.f.constant(Elem::Pred, 0.0);
+    let any = cx.f.reduce(eq, no, &[1], Reducer::Or);
+    let any = if invert { cx.f.not(any) } else { any };
+    Ok(cx.f.reshape(any, &dims))
 }
 
 /// The int64 coordinates `[size, rank]` of the first `size` nonzero

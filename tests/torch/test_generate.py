@@ -1,0 +1,74 @@
+"""Hugging Face `generate()` on tpu (issue 21): greedy tokens equal the CPU's
+with the dynamic and the static KV cache, and sampling draws valid tokens
+(top-k 1 sampling must pick the greedy tokens). Models are built from a
+config: nothing is downloaded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def models():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=96, n_positions=64,
+                                  bos_token_id=0, eos_token_id=0)
+    cpu = transformers.GPT2LMHeadModel(cfg).eval()
+    tpu = transformers.GPT2LMHeadModel(cfg)
+    tpu.load_state_dict(cpu.state_dict())
+    return cpu, tpu.eval().to("tpu")
+
+
+@pytest.fixture(scope="module")
+def prompt():
+    return torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_greedy_tokens_equal_the_cpu(models, prompt, cache, eager_mode):
+    cpu, tpu = models
+    kw = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, min_new_tokens=NEW_TOKENS)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    with torch.no_grad():
+        want = cpu.generate(prompt, **kw)
+        got = tpu.generate(prompt.to("tpu"), **kw)
+    assert got.device.type == "tpu"
+    assert torch.equal(got.cpu(), want)
+
+
+def test_sampling_draws_valid_tokens(models, prompt, eager_mode):
+    cpu, tpu = models
+    common = dict(max_new_tokens=NEW_TOKENS, pad_token_id=0, min_new_tokens=NEW_TOKENS)
+    with torch.no_grad():
+        greedy = cpu.generate(prompt, do_sample=False, **common)
+        # Top-k 1 leaves one token with nonzero probability: multinomial must
+        # draw it every time.
+        top1 = tpu.generate(prompt.to("tpu"), do_sample=True, top_k=1, **common).cpu()
+        torch.manual_seed(3)
+        sampled = tpu.generate(prompt.to("tpu"), do_sample=True, top_k=10, temperature=0.8, **common).cpu()
+    assert torch.equal(top1, greedy)
+    assert sampled.shape == greedy.shape
+    assert torch.equal(sampled[:, : prompt.shape[1]], prompt)
+    new = sampled[:, prompt.shape[1]:]
+    assert ((new >= 0) & (new < 96)).all()
+
+
+def test_isin_matches_the_cpu(eager_mode):
+    cases = [
+        (torch.tensor([1, 2, 3, 4]), torch.tensor([2, 4, 9])),
+        (torch.tensor([[1.0, float("nan")], [3.0, 0.0]]), torch.tensor([float("nan"), 0.0])),
+        (torch.tensor([1, 2]), torch.tensor([1.5, 2.0])),  # compared in the promoted dtype
+        (torch.tensor([5, 6]), torch.tensor([], dtype=torch.long)),
+    ]
+    for elements, tests in cases:
+        for invert in (False, True):
+            got = torch.isin(elements.to("tpu"), tests.to("tpu"), invert=invert).cpu()
+            assert torch.equal(got, torch.isin(elements, tests, invert=invert)), (elements, tests, invert)
+    assert torch.equal(torch.isin(torch.tensor([1, 2]).to("tpu"), 2).cpu(), torch.tensor([False, True]))
+    assert torch.isin(3, torch.tensor([1, 3]).to("tpu")).cpu().item() is True
