@@ -417,7 +417,7 @@ impl Runtime {
         let key = CacheKey::new(text, &options.encode(), &self.plugin_identity());
         self.programs.get_or_compile(&self.client, &key, summary, || {
             let start = Instant::now();
-            let exe = self.client.compile(what, text, options);
+            let exe = super::progress::watch(what, || self.client.compile(what, text, options));
             self.stats.compile_ns.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
             Stats::bump(&self.stats.compiles);
             exe
