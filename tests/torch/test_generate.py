@@ -72,3 +72,24 @@ def test_isin_matches_the_cpu(eager_mode):
             assert torch.equal(got, torch.isin(elements, tests, invert=invert)), (elements, tests, invert)
     assert torch.equal(torch.isin(torch.tensor([1, 2]).to("tpu"), 2).cpu(), torch.tensor([False, True]))
     assert torch.isin(3, torch.tensor([1, 3]).to("tpu")).cpu().item() is True
+
+
+def test_compiled_static_cache_decode_compiles_nothing_the_second_time(models, prompt):
+    """torch.compile over the forward with the static cache: the tokens equal
+    the CPU's, and a second generate() of the same lengths compiles nothing
+    (Dynamo's graphs and this backend's programs are all reused)."""
+    cpu, tpu = models
+    kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
+              cache_implementation="static")
+    compiled = transformers.GPT2LMHeadModel(cpu.config)
+    compiled.load_state_dict(cpu.state_dict())
+    compiled = compiled.eval().to("tpu")
+    compiled.forward = torch.compile(compiled.forward, backend="tpu")
+    with torch.no_grad():
+        want = cpu.generate(prompt, **kw)
+        first = compiled.generate(prompt.to("tpu"), **kw).cpu()
+        before = torch.tpu.compile_cache_stats()["compiles"]
+        second = compiled.generate(prompt.to("tpu"), **kw).cpu()
+        after = torch.tpu.compile_cache_stats()["compiles"]
+    assert torch.equal(first, want) and torch.equal(second, want)
+    assert after == before

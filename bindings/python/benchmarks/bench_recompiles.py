@@ -1,0 +1,170 @@
+"""What changing values and shapes cost (issue 21), printed side by side:
+
+1. Decode with Hugging Face `generate()` on a small GPT-2 (built from a
+   config), with the growing (dynamic) KV cache and the static one: ms per
+   token and programs compiled per 64 tokens, strict and fused, against
+   PyTorch CPU eager.
+2. AdamW(fused=True) under a OneCycleLR schedule (the learning rate and beta1
+   change every step) against plain AdamW: ms per step and compiles after
+   warm-up.
+3. A second process on the same program cache: compiles and time to the
+   first result, against the first process, in strict and fused mode.
+
+Run: .venv/bin/python bindings/python/benchmarks/bench_recompiles.py
+Times are medians; the machine is shared, so read the ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODES = ["DEFER_NEVER", "DEFER_AND_FUSE"]
+TOKENS = 64
+
+
+def compiles() -> int:
+    return torch.tpu.compile_cache_stats()["compiles"]
+
+
+# ------------------------------------------------------------------ decode
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=512, n_positions=256, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def decode(model, device: str, cache: str, mode: str | None) -> tuple[float, int, torch.Tensor]:
+    """ms per token of a warm 64-token greedy decode, programs compiled by
+    the first (cold) decode, and the tokens."""
+    prompt = torch.randint(1, 512, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
+    kw = dict(max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    ctx = torch.tpu.set_eager_mode(mode) if mode else _nullcontext()
+    with ctx, torch.no_grad():
+        before = compiles() if mode else 0
+        out = model.generate(prompt, **kw).cpu()
+        cold = (compiles() - before) if mode else 0
+        times = []
+        for _ in range(2):
+            t = time.perf_counter()
+            model.generate(prompt, **kw).cpu()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3 / TOKENS, cold, out
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def bench_decode() -> None:
+    print(f"\n== decode: GPT-2 (2 layers, d=128), {TOKENS} greedy tokens after a 16-token prompt")
+    print(f"{'cache':8s} {'mode':16s} {'ms/token':>9s} {'vs CPU':>8s} {'compiles/64 tok (cold)':>23s} {'tokens = CPU':>13s}")
+    cpu_model = gpt2()
+    tpu_model = gpt2().to("tpu")
+    for cache in ("dynamic", "static"):
+        cpu_ms, _, want = decode(cpu_model, "cpu", cache, None)
+        print(f"{cache:8s} {'CPU eager':16s} {cpu_ms:9.2f} {'1.00x':>8s} {'-':>23s} {'-':>13s}")
+        for mode in MODES:
+            ms, cold, got = decode(tpu_model, "tpu", cache, mode)
+            print(f"{cache:8s} {mode:16s} {ms:9.2f} {ms / cpu_ms:7.2f}x {cold:23d} {str(torch.equal(got, want)):>13s}")
+
+
+# ------------------------------------------------- AdamW under a schedule
+
+def bench_adamw() -> None:
+    print("\n== AdamW under OneCycleLR (lr and beta1 change every step): MLP 256-512-256, batch 64")
+    print(f"{'mode':16s} {'optimizer':18s} {'ms/step':>8s} {'vs plain':>9s} {'compiles after warm-up':>23s}")
+    x = torch.randn(64, 256, device="tpu")
+    for mode in MODES:
+        plain_ms = None
+        for fused in (False, True):
+            torch.manual_seed(0)
+            m = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).to("tpu")
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3, fused=fused)
+            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=1000)
+            with torch.tpu.set_eager_mode(mode):
+                def step():
+                    opt.zero_grad()
+                    F.mse_loss(m(x), x).backward()
+                    opt.step()
+                    sched.step()
+                    return m[0].weight[0, 0].item()
+                for _ in range(3):
+                    step()
+                before = compiles()
+                times = []
+                for _ in range(15):
+                    t = time.perf_counter()
+                    step()
+                    times.append(time.perf_counter() - t)
+                after = compiles() - before
+            ms = statistics.median(times) * 1e3
+            plain_ms = plain_ms or ms
+            name = "AdamW(fused=True)" if fused else "AdamW"
+            print(f"{mode:16s} {name:18s} {ms:8.2f} {ms / plain_ms:8.2f}x {after:23d}")
+
+
+# ------------------------------------------------------- second process
+
+CHILD = r"""
+import json, time
+t0 = time.perf_counter()
+import torch, torch.nn as nn
+t_import = time.perf_counter()
+torch.manual_seed(0)
+m = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1),
+                  nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).to("tpu")
+opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+x, y = torch.randn(8, 3, 32, 32, device="tpu"), torch.randint(0, 10, (8,), device="tpu")
+opt.zero_grad(); nn.functional.cross_entropy(m(x), y).backward(); opt.step()
+loss = nn.functional.cross_entropy(m(x), y).item()
+s = torch.tpu.compile_cache_stats()
+print("RESULT " + json.dumps({"first_result_s": time.perf_counter() - t_import, "compiles": s["compiles"],
+                              "disk_hits": s["disk_hits"], "compile_s": s["compile_seconds"], "loss": loss}))
+"""
+
+
+def child(mode: str, cache_dir: str) -> dict:
+    env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir, TORCHTPU_EAGER_MODE=mode)
+    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(next(l for l in r.stdout.splitlines() if l.startswith("RESULT "))[7:])
+
+
+def bench_second_process() -> None:
+    print("\n== a second process on the same program cache: a small CNN's first training step and loss")
+    print(f"{'mode':16s} {'process':8s} {'compiles':>9s} {'disk hits':>10s} {'compile s':>10s} {'to 1st result s':>16s} {'vs first':>9s}")
+    for mode in MODES:
+        with tempfile.TemporaryDirectory(prefix="torchtpu-bench-cache-") as d:
+            first = child(mode, d)
+            second = child(mode, d)
+        for name, r in (("first", first), ("second", second)):
+            print(f"{mode:16s} {name:8s} {r['compiles']:9d} {r['disk_hits']:10d} {r['compile_s']:10.2f} "
+                  f"{r['first_result_s']:16.2f} {r['first_result_s'] / first['first_result_s']:8.2f}x")
+        assert abs(first["loss"] - second["loss"]) < 1e-6, (first, second)
+
+
+if __name__ == "__main__":
+    print(f"torch {torch.__version__}, device {torch.tpu.get_device_name()}")
+    bench_adamw()
+    bench_second_process()
+    bench_decode()
