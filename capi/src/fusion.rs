@@ -61,8 +61,10 @@ pub unsafe extern "C" fn ttpu_runtime_pending_ops(
     })
 }
 
-/// Selects the fusion policy by name: "fuse_all" (the default: fuse up to
-/// the next flush trigger), "loop_cut" (cut at the boundary of a repeated
+/// Selects the fusion policy by name: "fuse_loops" (the default: fuse up to
+/// the next flush trigger, but cut a trace of 256 ops or more that repeats a
+/// loop body into equal runs of bodies, each one reused program), "fuse_all"
+/// (fuse up to the next flush trigger), "loop_cut" (cut at the boundary of a repeated
 /// loop body, so each training step runs one cached program), or a loaded
 /// plugin's "<plugin>::<policy>", optionally followed by "?<config>" for the
 /// plugin (e.g. "byte_budget::byte_budget?max_bytes=65536"). An unknown name

@@ -28,6 +28,7 @@ int main(void) {
     /* Policies. */
     CHECK_OK(ttpu_runtime_set_fusion_policy(rt, "loop_cut"));
     CHECK_OK(ttpu_runtime_set_fusion_policy(rt, "fuse_all"));
+    CHECK_OK(ttpu_runtime_set_fusion_policy(rt, "fuse_loops"));
     CHECK_CODE_MSG(ttpu_runtime_set_fusion_policy(rt, "bogus"), TTPU_CODE_INVALID_ARGUMENT, "unknown fusion policy");
     CHECK_CODE(ttpu_runtime_set_fusion_policy(rt, NULL), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_runtime_set_fusion_max_ops(rt, 0), TTPU_CODE_INVALID_ARGUMENT);

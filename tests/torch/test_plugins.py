@@ -136,7 +136,7 @@ def test_a_plugin_policy_cuts_where_it_declares():
             assert rt().fusion_stats()["flushes"]["policy"] - before == 2
             assert torch.equal(x.cpu(), torch.full((64,), 11.0))
     finally:
-        torch.tpu.set_fusion_policy("fuse_all")
+        torch.tpu.set_fusion_policy("fuse_loops")
     with pytest.raises(ValueError, match="unknown fusion policy"):
         torch.tpu.set_fusion_policy("nope::never")
 

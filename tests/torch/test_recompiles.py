@@ -202,3 +202,29 @@ def test_strict_mode_names_an_op_compiled_for_the_first_time():
         torch.ops.aten.hardsigmoid(torch.ones(3, 11, 5, device="tpu")).cpu()
         why = torch.tpu.explain_recompiles()
     assert why.startswith("first program of aten::hardsigmoid") or "aten::hardsigmoid" in why, why
+
+
+# ------------------------------------------------- long traces compile once
+
+def _long_loop(x, w, h):
+    for _ in range(100):  # 100 bodies of 48 ops, no host read
+        for _ in range(8):
+            h = torch.tanh(h @ w + x) * 0.5 + h * 0.5
+    return h
+
+
+def test_a_long_loop_compiles_a_handful_of_programs():
+    torch.manual_seed(0)
+    x, w, h = torch.randn(16, 16), torch.randn(16, 16) * 0.1, torch.randn(16, 16)
+    want = _long_loop(x, w, h)
+    with torch.tpu.set_eager_mode("DEFER_AND_FUSE"):
+        xt, wt, ht = x.to("tpu"), w.to("tpu"), h.to("tpu")
+        torch.tpu.synchronize()
+        before = torch.tpu.compile_cache_stats()
+        got = _long_loop(xt, wt, ht).cpu()
+        after = torch.tpu.compile_cache_stats()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert after["recorded_ops"] - before["recorded_ops"] >= 4000
+    # The trace up to the first repeat, one run of bodies reused, the rest.
+    assert after["compiles"] - before["compiles"] <= 4
+    assert after["flushes"]["policy"] - before["flushes"]["policy"] >= 10

@@ -9,6 +9,9 @@
    warm-up.
 3. A second process on the same program cache: compiles and time to the
    first result, against the first process, in strict and fused mode.
+4. A long fused trace with no host read (a 56-op body 100 times, and 200
+   steps of a small MLP's training step): compiles and time with the default
+   `fuse_loops` policy against `fuse_all` (2048-op chunks).
 
 Run: .venv/bin/python bindings/python/benchmarks/bench_recompiles.py
 Times are medians; the machine is shared, so read the ratios.
@@ -163,8 +166,53 @@ def bench_second_process() -> None:
         assert abs(first["loss"] - second["loss"]) < 1e-6, (first, second)
 
 
+# ------------------------------------------------------------- long traces
+
+def long_loop():
+    torch.manual_seed(0)
+    x, w, h = (torch.randn(16, 16, device="tpu") for _ in range(3))
+    for _ in range(100):
+        for _ in range(8):
+            h = torch.tanh(h @ (w * 0.1) + x) * 0.5 + h * 0.5
+    return h.sum().item()
+
+
+def long_training():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).to("tpu")
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x, y = torch.randn(16, 32, device="tpu"), torch.randint(0, 10, (16,), device="tpu")
+    for _ in range(200):
+        opt.zero_grad()
+        F.cross_entropy(m(x), y).backward()
+        opt.step()
+    return m[0].weight.sum().item()
+
+
+def bench_long_traces() -> None:
+    print("\n== long fused traces with no host read: fuse_loops (default) against fuse_all")
+    print(f"{'trace':28s} {'policy':11s} {'ops':>6s} {'compiles':>9s} {'compile s':>10s} {'total s':>8s} {'vs fuse_all':>12s}")
+    for name, f in (("56-op body x 100", long_loop), ("MLP train step x 200", long_training)):
+        rows = {}
+        for policy in ("fuse_all", "fuse_loops"):
+            torch.tpu.set_fusion_policy(policy)
+            with torch.tpu.set_eager_mode("DEFER_AND_FUSE"):
+                torch.tpu.synchronize()
+                before = torch.tpu.compile_cache_stats()
+                t = time.perf_counter()
+                value = f()
+                took = time.perf_counter() - t
+                after = torch.tpu.compile_cache_stats()
+            rows[policy] = (after["recorded_ops"] - before["recorded_ops"], after["compiles"] - before["compiles"],
+                            after["compile_seconds"] - before["compile_seconds"], took, value)
+        torch.tpu.set_fusion_policy("fuse_loops")
+        for policy, (ops, comp, comp_s, took, _) in rows.items():
+            print(f"{name:28s} {policy:11s} {ops:6d} {comp:9d} {comp_s:10.2f} {took:8.2f} {took / rows['fuse_all'][3]:11.2f}x")
+
+
 if __name__ == "__main__":
     print(f"torch {torch.__version__}, device {torch.tpu.get_device_name()}")
     bench_adamw()
     bench_second_process()
+    bench_long_traces()
     bench_decode()

@@ -524,7 +524,7 @@ class Runtime(_Owned):
         return int(n[0])
 
     def set_fusion_policy(self, name: str) -> None:
-        """"fuse_all" (default) or "loop_cut"."""
+        """"fuse_loops" (default), "fuse_all", "loop_cut", or a plugin's policy."""
         check(lib.ttpu_runtime_set_fusion_policy(self.handle, name.encode()))
 
     def set_fusion_max_ops(self, n: int) -> None:

@@ -532,8 +532,9 @@ def index_checks_enabled() -> bool:
 
 
 def set_fusion_policy(name: str) -> None:
-    """The fusion policy of ``DEFER_AND_FUSE`` mode: ``"fuse_all"`` (default),
-    ``"loop_cut"``, or a plugin's ``"<plugin>::<policy>[?config]"``."""
+    """The fusion policy of ``DEFER_AND_FUSE`` mode: ``"fuse_loops"``
+    (default), ``"fuse_all"``, ``"loop_cut"``, or a plugin's
+    ``"<plugin>::<policy>[?config]"``."""
     _runtime().set_fusion_policy(name)
 
 

@@ -1,12 +1,15 @@
 //! Fusion policies: when to cut the pending graph.
 //!
 //! A policy sees a compact description of the pending graph after each
-//! recorded op and may ask for a flush. The built-in [`FuseAll`] never does
-//! (flushes then come from host reads, syncs and the size limit);
-//! [`LoopCut`] finds the repeated body of a loop (a training step) and cuts
-//! at its boundary, so a loop compiles one program per step shape instead of
-//! one ever-growing graph. WebAssembly plugins provide more policies behind
-//! the same trait.
+//! recorded op and may ask for a flush. [`FuseAll`] never does (flushes then
+//! come from host reads, syncs and the size limit); [`LoopCut`] finds the
+//! repeated body of a loop (a training step) and cuts at its boundary, so a
+//! loop compiles one program per step shape instead of one ever-growing
+//! graph; [`FuseLoops`], the default, fuses everything until a long trace
+//! turns out to repeat a loop body, then cuts it into equal runs of bodies,
+//! so a long loop compiles a handful of programs instead of one new
+//! 2048-op chunk after another. WebAssembly plugins provide more policies
+//! behind the same trait.
 
 /// What a policy sees of one recorded op.
 #[derive(Debug, Clone, Copy)]
@@ -46,12 +49,13 @@ pub trait FusionPolicy: Send + Sync {
     fn flushed(&self, _graph: &GraphView<'_>) {}
 }
 
-/// The built-in policies' names.
-pub const BUILTIN: [&str; 2] = ["fuse_all", "loop_cut"];
+/// The built-in policies' names; the first is the default.
+pub const BUILTIN: [&str; 3] = ["fuse_loops", "fuse_all", "loop_cut"];
 
-/// A built-in policy by name: `fuse_all` or `loop_cut`.
+/// A built-in policy by name: `fuse_loops`, `fuse_all` or `loop_cut`.
 pub fn builtin(name: &str) -> Option<std::sync::Arc<dyn FusionPolicy>> {
     match name {
+        "fuse_loops" => Some(std::sync::Arc::new(FuseLoops::default())),
         "fuse_all" => Some(std::sync::Arc::new(FuseAll)),
         "loop_cut" => Some(std::sync::Arc::new(LoopCut::default())),
         _ => None,
@@ -151,6 +155,86 @@ impl FusionPolicy for LoopCut {
     }
 }
 
+/// The default: fuses everything up to the next flush trigger, except that
+/// a trace of at least [`FuseLoops::MIN_OPS`] ops whose tail repeats one loop
+/// body twice is cut there, and from then on every [`FuseLoops::MIN_OPS`] or
+/// so ops at a whole number of bodies. Every such run of bodies is the same
+/// graph, so it compiles once and is reused; the trace before it (setup ops
+/// and the first repeats) is one more program.
+///
+/// The tail is checked every [`FuseLoops::CHECK_EVERY`] ops with the prefix
+/// hashes (one comparison per candidate body length, then an exact check of
+/// the one found), so recording stays O(1) amortized per op for a bounded
+/// graph. A body longer than half the size limit is never seen twice in one
+/// graph and the trace is cut by the limit, as `fuse_all` does.
+#[derive(Debug, Default)]
+pub struct FuseLoops {
+    state: parking_lot::Mutex<FuseLoopsState>,
+}
+
+#[derive(Debug, Default)]
+struct FuseLoopsState {
+    hashes: LoopState,
+    /// The learned body, starting at the op that follows a cut.
+    body: Vec<u64>,
+    /// Ops per program once the body is known: a whole number of bodies.
+    run: usize,
+}
+
+impl FuseLoops {
+    /// Traces shorter than this are never cut: a program of a few ops costs
+    /// more to launch than it saves in compiling.
+    pub const MIN_OPS: usize = 256;
+    pub const CHECK_EVERY: usize = 16;
+
+    /// The shortest body (at least [`MIN_PERIOD`] ops) that the last two
+    /// bodies' worth of `ops` repeat.
+    fn tail_body(hashes: &LoopState, ops: &[OpInfo<'_>]) -> Option<usize> {
+        let n = ops.len();
+        (MIN_PERIOD..=n / 2).find(|&h| {
+            hashes.range(n - 2 * h, n - h) == hashes.range(n - h, n)
+                && ops[n - 2 * h..n - h].iter().zip(&ops[n - h..]).all(|(a, b)| a.signature == b.signature)
+        })
+    }
+}
+
+impl FusionPolicy for FuseLoops {
+    fn name(&self) -> &str {
+        "fuse_loops"
+    }
+
+    fn after_record(&self, graph: &GraphView<'_>) -> Decision {
+        let mut st = self.state.lock();
+        let n = graph.ops.len();
+        if !st.body.is_empty() {
+            let h = st.body.len();
+            if graph.ops[n - 1].signature == st.body[(n - 1) % h] {
+                return if n == st.run { Decision::Flush } else { Decision::Continue };
+            }
+            // The loop changed (or a flush left the trace mid-body): learn again.
+            st.body.clear();
+        }
+        if n < Self::MIN_OPS || n % Self::CHECK_EVERY != 0 {
+            return Decision::Continue;
+        }
+        st.hashes.extend(graph.ops);
+        match Self::tail_body(&st.hashes, graph.ops) {
+            Some(h) => {
+                st.body = graph.ops[n - h..].iter().map(|o| o.signature).collect();
+                st.run = h * Self::MIN_OPS.div_ceil(h);
+                Decision::Flush
+            }
+            None => Decision::Continue,
+        }
+    }
+
+    fn flushed(&self, _graph: &GraphView<'_>) {
+        let mut st = self.state.lock();
+        st.hashes.prefix.clear();
+        st.hashes.pows.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +267,32 @@ mod tests {
         let sigs: Vec<u64> = step.iter().copied().cycle().take(5 * 6).collect();
         // Two steps fused while learning, then one per step.
         assert_eq!(run(&LoopCut::default(), &sigs), vec![10, 5, 5, 5, 5]);
+    }
+
+    #[test]
+    fn fuse_loops_cuts_a_long_loop_into_equal_runs_of_bodies() {
+        // 10 setup ops, then a 40-op body repeated 100 times (4010 ops).
+        let body: Vec<u64> = (100..140).collect();
+        let mut sigs: Vec<u64> = (0..10).collect();
+        sigs.extend(body.iter().copied().cycle().take(40 * 100));
+        let cuts = run(&FuseLoops::default(), &sigs);
+        // The first cut comes once the trace is long enough and its tail
+        // repeats (checked every 16 ops); then runs of 7 bodies (280 ops).
+        assert_eq!(cuts[0], 256);
+        assert!(cuts[1..].iter().all(|&c| c == 280), "{cuts:?}");
+        assert_eq!(cuts.len(), 1 + (4010 - 256) / 280);
+        // Short traces and traces that never repeat are left alone.
+        assert!(run(&FuseLoops::default(), &sigs[..250]).is_empty());
+        assert!(run(&FuseLoops::default(), &(0..3000).collect::<Vec<u64>>()).is_empty());
+    }
+
+    #[test]
+    fn fuse_loops_relearns_when_the_loop_changes() {
+        let mut sigs: Vec<u64> = [1u64, 2, 3, 4, 5, 6].iter().copied().cycle().take(600).collect();
+        sigs.extend([7u64, 8, 9, 10, 11].iter().copied().cycle().take(1000));
+        let cuts = run(&FuseLoops::default(), &sigs);
+        // Runs of 43 six-op bodies (258 ops), then of 52 five-op ones (260).
+        assert!(cuts.contains(&258) && cuts.ends_with(&[260]), "{cuts:?}");
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Stream, StreamEvent, Streams};
 
 use crate::cache::{CacheConfig, Lru, ProgramCache};
-use crate::graph::policy::{FuseAll, FusionPolicy};
+use crate::graph::policy::{FuseLoops, FusionPolicy};
 use crate::graph::{FlushReason, Recording};
 use fused::InferTable;
 
@@ -145,7 +145,7 @@ impl Runtime {
             recordings,
             infers: Mutex::new(InferTable::default()),
             failed: Mutex::new(HashMap::new()),
-            fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseAll), max_ops }),
+            fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseLoops::default()), max_ops }),
             programs: ProgramCache::new(cache_config),
             last_flush: Mutex::new(None),
             streams,
@@ -225,8 +225,8 @@ impl Runtime {
         self.fusion.lock().policy = policy;
     }
 
-    /// Selects a fusion policy by name: a built-in one (`fuse_all`,
-    /// `loop_cut`) or a plugin's (`<plugin>::<policy>`, optionally followed
+    /// Selects a fusion policy by name: a built-in one (`fuse_loops`, the
+    /// default, `fuse_all`, `loop_cut`) or a plugin's (`<plugin>::<policy>`, optionally followed
     /// by `?config` for the plugin).
     pub fn select_fusion_policy(&self, name: &str) -> Result<()> {
         let policy = match crate::graph::policy::builtin(name) {
