@@ -2,6 +2,7 @@
 //! `xla-cpu-pjrt` wheel. The header is never vendored: the plugin we load at run
 //! time and the header we compile against come from the same package, so their
 //! struct layouts agree (the older `pjrt-sys` header is rejected by the plugin).
+//! It also compiles the C++ exception guard (`src/pjrt/guard.cc`).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -48,6 +49,9 @@ fn find_header(tried: &mut Vec<String>) -> Option<PathBuf> {
 }
 
 fn main() {
+    // The C++ exception guard around calls into the plugin (pjrt/guard.cc).
+    println!("cargo:rerun-if-changed=src/pjrt/guard.cc");
+    cc::Build::new().cpp(true).file("src/pjrt/guard.cc").flag_if_supported("-std=c++17").compile("torchtpu_pjrt_guard");
     println!("cargo:rerun-if-env-changed=TORCHTPU_PJRT_HEADER");
     println!("cargo:rerun-if-env-changed=VIRTUAL_ENV");
     let mut tried = Vec::new();

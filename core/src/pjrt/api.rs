@@ -1,6 +1,6 @@
 //! Loading a plugin and calling through its `PJRT_Api` table.
 
-use std::ffi::CStr;
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -109,7 +109,7 @@ impl Api {
             message: format!("the plugin at {} does not implement {name}", self.path.display()),
         })?;
         // SAFETY: `args` is a properly sized PJRT argument struct for `f`.
-        let err = unsafe { f(args) };
+        let err = unsafe { guarded(name, f, args)? };
         self.check(name, err)
     }
 
@@ -148,6 +148,47 @@ impl Api {
     }
 }
 
+type EntryPoint = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+
+extern "C" {
+    /// `pjrt/guard.cc`: calls `f(args)` inside a C++ try block.
+    fn torchtpu_pjrt_guarded_call(
+        f: EntryPoint,
+        args: *mut c_void,
+        threw: *mut c_int,
+        message: *mut c_char,
+        capacity: usize,
+    ) -> *mut c_void;
+}
+
+/// Calls the PJRT entry point `f` inside the C++ exception guard: an
+/// exception the plugin throws becomes an INTERNAL error naming the entry
+/// point, instead of unwinding into Rust (which aborts the process).
+///
+/// # Safety
+/// `args` must be a properly sized argument struct for `f`.
+pub(crate) unsafe fn guarded<A>(
+    name: &'static str,
+    f: unsafe extern "C" fn(*mut A) -> *mut sys::PJRT_Error,
+    args: *mut A,
+) -> Result<*mut sys::PJRT_Error> {
+    // SAFETY: both are C functions taking one pointer and returning one.
+    let entry: EntryPoint = std::mem::transmute::<unsafe extern "C" fn(*mut A) -> *mut sys::PJRT_Error, EntryPoint>(f);
+    let mut threw: c_int = 0;
+    let mut message = [0 as c_char; 512];
+    let err = torchtpu_pjrt_guarded_call(entry, args.cast(), &mut threw, message.as_mut_ptr(), message.len());
+    if threw != 0 {
+        let what = CStr::from_ptr(message.as_ptr()).to_string_lossy();
+        tracing::error!(call = name, "the PJRT plugin threw a C++ exception: {what}");
+        return Err(Error::Pjrt {
+            call: name,
+            code: Code::Internal,
+            message: format!("the PJRT plugin threw a C++ exception ({what}); the plugin may be in a bad state"),
+        });
+    }
+    Ok(err.cast())
+}
+
 /// Copies a PJRT-owned `(ptr, len)` string.
 pub(crate) fn owned_str(ptr: *const std::os::raw::c_char, len: usize) -> String {
     if ptr.is_null() {
@@ -163,4 +204,36 @@ pub(crate) fn cstr(ptr: *const std::os::raw::c_char) -> String {
         return String::new();
     }
     unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" {
+        fn torchtpu_pjrt_throw_for_tests(args: *mut c_void) -> *mut c_void;
+    }
+
+    unsafe extern "C" fn throws(args: *mut u8) -> *mut sys::PJRT_Error {
+        torchtpu_pjrt_throw_for_tests(args.cast()).cast()
+    }
+
+    unsafe extern "C" fn returns_its_args(args: *mut u8) -> *mut sys::PJRT_Error {
+        args.cast()
+    }
+
+    #[test]
+    fn a_cpp_exception_from_the_plugin_is_an_error_not_an_abort() {
+        let mut byte = 1u8;
+        let e = unsafe { guarded("PJRT_Client_Compile", throws, &mut byte) }.unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("PJRT_Client_Compile") && text.contains("plugin failure for tests"), "{text}");
+        assert_eq!(e.code(), Code::Internal);
+        // A thrown non-std exception is caught too.
+        let e = unsafe { guarded("PJRT_Buffer_ToHostBuffer", throws, std::ptr::null_mut()) }.unwrap_err();
+        assert!(e.to_string().contains("not a std::exception"), "{e}");
+        // Without an exception the entry point's result comes back as is.
+        let p: *mut u8 = &mut byte;
+        assert_eq!(unsafe { guarded("PJRT_Plugin_Initialize", returns_its_args, p) }.unwrap(), p.cast());
+    }
 }
