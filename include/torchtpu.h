@@ -20,7 +20,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 5
+#define TTPU_API_MINOR 6
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -443,8 +443,10 @@ typedef struct ttpu_kv_store_t {
 // header keeps working.
 typedef struct ttpu_runtime_options_t {
   size_t struct_size;
-  // Path of the PJRT plugin to load, or NULL to search (`TORCHTPU_PJRT_PLUGIN`,
-  // libtpu, then the `xla-cpu-pjrt` package). Borrowed for the call.
+  // Path of the PJRT plugin to load, or NULL to search: `$TORCHTPU_PJRT_PLUGIN`,
+  // then the active Python environment, then the system, libtpu before
+  // `xla-cpu-pjrt` in each (see `ttpu_runtime_plugin_path`). Never the
+  // current directory. Borrowed for the call.
   const char *plugin_path;
   // Devices the XLA CPU plugin exposes; 0 keeps the plugin's default.
   int32_t cpu_device_count;
@@ -847,6 +849,21 @@ void ttpu_runtime_destroy(struct ttpu_runtime_t *runtime);
 // The PJRT platform name ("cpu", "tpu", "cuda"). Borrowed: valid while the
 // runtime lives. NULL if `runtime` is invalid.
 const char *ttpu_runtime_platform_name(const struct ttpu_runtime_t *runtime);
+
+// The path of the PJRT plugin the runtime loaded. Borrowed: valid while the
+// runtime lives. NULL if `runtime` is invalid. The search order (when
+// `plugin_path` was not given) is: `$TORCHTPU_PJRT_PLUGIN`; the active
+// Python environment (`$VIRTUAL_ENV`, `$CONDA_PREFIX`, the virtualenv of a
+// running Python interpreter), libtpu before xla-cpu-pjrt; then the system
+// (`~/.local`, `/usr/local`, `/usr`). Never the current directory or a path
+// from the build.
+const char *ttpu_runtime_plugin_path(const struct ttpu_runtime_t *runtime);
+
+// Why that plugin was chosen ("explicit path", "$TORCHTPU_PJRT_PLUGIN",
+// "xla-cpu-pjrt in the Python environment /path/.venv", "libtpu in the
+// system /usr/local"). Borrowed: valid while the runtime lives. NULL if
+// `runtime` is invalid.
+const char *ttpu_runtime_plugin_source(const struct ttpu_runtime_t *runtime);
 
 // The PJRT platform version. Borrowed: valid while the runtime lives.
 const char *ttpu_runtime_platform_version(const struct ttpu_runtime_t *runtime);

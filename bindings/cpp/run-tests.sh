@@ -20,6 +20,10 @@ if [[ ! -f "$lib" ]]; then
   exit 1
 fi
 
+# The plugin comes from the active Python environment: the project's .venv
+# unless another one is active.
+export VIRTUAL_ENV="${VIRTUAL_ENV:-$root/.venv}"
+
 echo "== C++ tests"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTORCHTPU_LIBRARY="$lib" >/dev/null
 cmake --build "$build" -j "$jobs"

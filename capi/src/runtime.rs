@@ -19,6 +19,8 @@ pub struct ttpu_runtime_t {
     devices: Vec<ttpu_device_t>,
     platform_name: CString,
     platform_version: CString,
+    plugin_path: CString,
+    plugin_source: CString,
 }
 
 impl_handle!(ttpu_runtime_t, "ttpu_runtime_t", 0x7474_7075_5255_4e54);
@@ -45,8 +47,10 @@ fn cstring(s: &str) -> CString {
 #[repr(C)]
 pub struct ttpu_runtime_options_t {
     pub struct_size: usize,
-    /// Path of the PJRT plugin to load, or NULL to search (`TORCHTPU_PJRT_PLUGIN`,
-    /// libtpu, then the `xla-cpu-pjrt` package). Borrowed for the call.
+    /// Path of the PJRT plugin to load, or NULL to search: `$TORCHTPU_PJRT_PLUGIN`,
+    /// then the active Python environment, then the system, libtpu before
+    /// `xla-cpu-pjrt` in each (see `ttpu_runtime_plugin_path`). Never the
+    /// current directory. Borrowed for the call.
     pub plugin_path: *const c_char,
     /// Devices the XLA CPU plugin exposes; 0 keeps the plugin's default.
     pub cpu_device_count: i32,
@@ -115,6 +119,8 @@ pub unsafe extern "C" fn ttpu_runtime_create(
             magic: ttpu_runtime_t::MAGIC,
             platform_name: cstring(rt.platform_name()),
             platform_version: cstring(rt.platform_version()),
+            plugin_path: cstring(&rt.plugin_path().to_string_lossy()),
+            plugin_source: cstring(rt.plugin_source()),
             rt,
             devices,
         };
@@ -151,6 +157,27 @@ pub unsafe extern "C" fn ttpu_runtime_destroy(runtime: *mut ttpu_runtime_t) {
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_platform_name(runtime: *const ttpu_runtime_t) -> *const c_char {
     ttpu_runtime_t::borrow(runtime, "ttpu_runtime_platform_name").map_or(std::ptr::null(), |r| r.platform_name.as_ptr())
+}
+
+/// The path of the PJRT plugin the runtime loaded. Borrowed: valid while the
+/// runtime lives. NULL if `runtime` is invalid. The search order (when
+/// `plugin_path` was not given) is: `$TORCHTPU_PJRT_PLUGIN`; the active
+/// Python environment (`$VIRTUAL_ENV`, `$CONDA_PREFIX`, the virtualenv of a
+/// running Python interpreter), libtpu before xla-cpu-pjrt; then the system
+/// (`~/.local`, `/usr/local`, `/usr`). Never the current directory or a path
+/// from the build.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_plugin_path(runtime: *const ttpu_runtime_t) -> *const c_char {
+    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_plugin_path").map_or(std::ptr::null(), |r| r.plugin_path.as_ptr())
+}
+
+/// Why that plugin was chosen ("explicit path", "$TORCHTPU_PJRT_PLUGIN",
+/// "xla-cpu-pjrt in the Python environment /path/.venv", "libtpu in the
+/// system /usr/local"). Borrowed: valid while the runtime lives. NULL if
+/// `runtime` is invalid.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_plugin_source(runtime: *const ttpu_runtime_t) -> *const c_char {
+    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_plugin_source").map_or(std::ptr::null(), |r| r.plugin_source.as_ptr())
 }
 
 /// The PJRT platform version. Borrowed: valid while the runtime lives.

@@ -32,6 +32,9 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/c/lsan.supp:print_su
 cache=$(mktemp -d)
 trap 'rm -rf "$cache"' EXIT
 export TORCHTPU_CACHE_DIR=$cache
+# The plugin comes from the active Python environment: the project's .venv
+# unless another one is active.
+export VIRTUAL_ENV=${VIRTUAL_ENV:-$PWD/.venv}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ $# -gt 0 ]; then

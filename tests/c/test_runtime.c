@@ -1,5 +1,7 @@
 /* The runtime area: create (options, struct_size), devices, modes, stats,
  * versions, NULL and destroyed runtimes. */
+/* setenv and unsetenv (POSIX), for the plugin search order. */
+#define _POSIX_C_SOURCE 200112L
 #include <stddef.h>
 
 #include "check.h"
@@ -36,6 +38,32 @@ int main(void) {
     CHECK(strlen(ttpu_runtime_platform_name(rt)) > 0);
     CHECK(ttpu_runtime_platform_version(rt) != NULL);
     CHECK(ttpu_runtime_platform_name(NULL) == NULL);
+
+    /* The plugin and why it was chosen: run.sh sets VIRTUAL_ENV to the
+       project's .venv, where setup installed xla-cpu-pjrt. */
+    CHECK(strstr(ttpu_runtime_plugin_path(rt), "xla_cpu_pjrt.so") != NULL);
+    CHECK(strncmp(ttpu_runtime_plugin_source(rt), "xla-cpu-pjrt in the Python environment ", 39) == 0);
+    CHECK(ttpu_runtime_plugin_path(NULL) == NULL && ttpu_runtime_plugin_source(NULL) == NULL);
+    {
+        /* $TORCHTPU_PJRT_PLUGIN comes before the environment; one that names
+           no file is an error, not a fallback to another plugin. */
+        char path[4096];
+        snprintf(path, sizeof path, "%s", ttpu_runtime_plugin_path(rt));
+        ttpu_runtime_options_t o;
+        memset(&o, 0, sizeof o);
+        o.struct_size = sizeof o;
+        ttpu_runtime_t *other = NULL;
+        setenv("TORCHTPU_PJRT_PLUGIN", path, 1);
+        CHECK_OK(ttpu_runtime_create(&o, &other));
+        CHECK(strcmp(ttpu_runtime_plugin_source(other), "$TORCHTPU_PJRT_PLUGIN") == 0);
+        CHECK(strcmp(ttpu_runtime_plugin_path(other), path) == 0);
+        ttpu_runtime_destroy(other);
+        setenv("TORCHTPU_PJRT_PLUGIN", "/nonexistent/libtpu.so", 1);
+        other = NULL;
+        CHECK_CODE_MSG(ttpu_runtime_create(&o, &other), TTPU_CODE_NOT_FOUND, "/nonexistent/libtpu.so");
+        CHECK(other == NULL);
+        unsetenv("TORCHTPU_PJRT_PLUGIN");
+    }
 
     /* Devices. */
     size_t n = 0;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -325,3 +326,25 @@ def test_environment_sets_the_default_mode(env, want):
                          env={**clean, **env}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == want
+
+
+def test_the_pjrt_plugin_and_why_it_was_chosen(tmp_path):
+    """The plugin comes from the running interpreter's environment, wherever
+    the process starts: never from the current directory or the build tree."""
+    import subprocess
+    import sys
+
+    info = torch.tpu.pjrt_plugin()
+    assert info["path"].endswith("xla_cpu_pjrt.so"), info
+    assert info["source"].startswith("xla-cpu-pjrt in the Python environment "), info
+    # Without $VIRTUAL_ENV, from another directory (with a decoy .venv in it):
+    # the interpreter's own virtualenv is found.
+    decoy = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "libtpu"
+    decoy.mkdir(parents=True)
+    (decoy / "libtpu.so").write_bytes(b"not a plugin")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "TORCHTPU_PJRT_PLUGIN")}
+    code = "import torch; torch.ones(1, device='tpu').cpu(); print(torch.tpu.pjrt_plugin())"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "xla_cpu_pjrt.so" in r.stdout and "in the Python environment" in r.stdout, r.stdout
+    assert str(tmp_path) not in r.stdout

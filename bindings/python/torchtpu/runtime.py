@@ -355,6 +355,17 @@ class Runtime(_Owned):
     def platform_version(self) -> str:
         return ffi.string(lib.ttpu_runtime_platform_version(self.handle)).decode()
 
+    @property
+    def plugin_path(self) -> str:
+        """The PJRT plugin this runtime loaded."""
+        return ffi.string(lib.ttpu_runtime_plugin_path(self.handle)).decode()
+
+    @property
+    def plugin_source(self) -> str:
+        """Why that plugin: "$TORCHTPU_PJRT_PLUGIN", "xla-cpu-pjrt in the
+        Python environment <prefix>", ... (the search order is in the README)."""
+        return ffi.string(lib.ttpu_runtime_plugin_source(self.handle)).decode()
+
     def device_count(self) -> int:
         n = ffi.new("size_t*")
         check(lib.ttpu_runtime_device_count(self.handle, n))

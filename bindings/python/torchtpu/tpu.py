@@ -31,7 +31,7 @@ __all__ = [
     "index_checks_enabled", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "load_plugins",
     "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
     "memory_allocated", "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
-    "plugin_rejections", "plugins", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
+    "pjrt_plugin", "plugin_rejections", "plugins", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
     "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode", "set_fusion_policy", "set_index_checks",
     "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
 ]
@@ -114,6 +114,15 @@ class device:
 def synchronize(device: Any = None) -> None:
     """Flushes pending fused graphs and waits for all launched work."""
     _runtime().synchronize()
+
+
+def pjrt_plugin() -> dict[str, str]:
+    """The PJRT plugin the device runs on, and why it was chosen:
+    ``{"path": ..., "source": "xla-cpu-pjrt in the Python environment ..."}``.
+    The search order: ``$TORCHTPU_PJRT_PLUGIN``; the active Python
+    environment (libtpu, then xla-cpu-pjrt); then the system."""
+    rt = _runtime()
+    return {"path": rt.plugin_path, "source": rt.plugin_source}
 
 
 def get_device_name(device: Any = None) -> str:

@@ -66,6 +66,8 @@ const SCALAR_CACHE_LIMIT: usize = 4096;
 pub struct Runtime {
     client: Arc<Client>,
     plugin: PathBuf,
+    /// Why that plugin ([`discovery::find_plugin`]'s reason).
+    plugin_source: String,
     /// Strict mode's memo in front of the program cache: a call's signature
     /// to its compiled program, so a hit skips lowering and hashing. Bounded
     /// like the program cache's memory tier, whose executables it shares.
@@ -114,7 +116,7 @@ impl Runtime {
         crate::plugin::host().load_env();
         crate::trace::start_from_env();
         let found = discovery::find_plugin(options.plugin.as_deref())?;
-        tracing::info!(path = %found.path.display(), source = found.source, "loading PJRT plugin");
+        tracing::info!(path = %found.path.display(), source = %found.source, "loading PJRT plugin");
         let api = Api::load(&found.path)?;
         let mut create = Vec::new();
         if let Some(n) = options.cpu_device_count {
@@ -137,6 +139,7 @@ impl Runtime {
         Ok(Arc::new(Runtime {
             client,
             plugin: found.path,
+            plugin_source: found.source,
             signatures: Mutex::new(Lru::new(cache_config.memory_entries)),
             stats: Stats::default(),
             generators,
@@ -158,6 +161,12 @@ impl Runtime {
     }
     pub fn plugin_path(&self) -> &Path {
         &self.plugin
+    }
+    /// Why [`Runtime::plugin_path`] was chosen: "explicit path",
+    /// "$TORCHTPU_PJRT_PLUGIN", "xla-cpu-pjrt in the Python environment
+    /// <prefix>", ... ([`discovery`]).
+    pub fn plugin_source(&self) -> &str {
+        &self.plugin_source
     }
     pub fn platform_name(&self) -> &str {
         self.client.platform_name()
