@@ -183,13 +183,45 @@ pub(crate) fn check_out<T>(out: *mut T, what: &str) -> Result<()> {
 /// and at least version 1 of `T`). Every such struct is `repr(C)` with
 /// `struct_size: usize` as its first field, which the caller sets to its
 /// `sizeof`. `what` is the function's name.
-pub(crate) unsafe fn out_struct_size<T>(out: *mut T, what: &str) -> Result<usize> {
+pub(crate) unsafe fn out_struct_size<T: OutStruct>(out: *mut T, what: &str) -> Result<usize> {
     check_out(out, what)?;
     // repr(C) puts the first field at offset 0.
     let size = *out.cast::<usize>();
     let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("struct");
-    check_struct_size(size, std::mem::size_of::<T>(), &format!("{what}: {name}"))?;
+    check_struct_size(size, T::V1, &format!("{what}: {name}"))?;
     Ok(size)
+}
+
+/// An output struct versioned by its leading `struct_size`. Version 1 is
+/// frozen at `V1` bytes (through its last field then, [`v1_ends_at`]): the
+/// runtime accepts any `struct_size` from `V1` up and writes only the bytes
+/// that fit ([`write_fitting`]), so a caller compiled against an older header
+/// keeps working when fields are added at the end.
+///
+/// # Safety
+/// `Self` is `repr(C)` and starts with `struct_size: usize`.
+pub(crate) unsafe trait OutStruct: Sized {
+    const V1: usize;
+}
+
+/// Declares an output struct's frozen first version: it ends with `field`
+/// of type `ty`.
+macro_rules! v1_ends_at {
+    ($t:ty, $field:ident: $ty:ty) => {
+        unsafe impl $crate::ffi::OutStruct for $t {
+            const V1: usize = std::mem::offset_of!($t, $field) + std::mem::size_of::<$ty>();
+        }
+    };
+}
+pub(crate) use v1_ends_at;
+
+/// Writes `value` to `*out`, only its first `size` bytes (the caller's
+/// `struct_size`, at least `T::V1`, checked by [`out_struct_size`]) when
+/// that is less than this version's size.
+pub(crate) unsafe fn write_fitting<T: OutStruct>(out: *mut T, value: T, size: usize) {
+    let n = size.min(std::mem::size_of::<T>());
+    // An untyped copy: padding bytes are copied as they are, never read.
+    std::ptr::copy_nonoverlapping((&value as *const T).cast::<u8>(), out.cast::<u8>(), n);
 }
 
 /// A borrowed NUL-terminated UTF-8 string.

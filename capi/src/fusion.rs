@@ -126,6 +126,7 @@ pub struct ttpu_fusion_stats_t {
     pub corrupt_files: u64,
     pub evictions: u64,
 }
+crate::ffi::v1_ends_at!(ttpu_fusion_stats_t, evictions: u64);
 
 /// Fills `*out_stats` (whose `struct_size` the caller sets).
 #[no_mangle]
@@ -138,7 +139,7 @@ pub unsafe extern "C" fn ttpu_runtime_fusion_stats(
         let size = out_struct_size(out_stats, "ttpu_runtime_fusion_stats")?;
         let s = r.rt.stats();
         let c = r.rt.program_cache().stats();
-        out_stats.write(ttpu_fusion_stats_t {
+        crate::ffi::write_fitting(out_stats, ttpu_fusion_stats_t {
             struct_size: size,
             recorded_ops: s.recorded_ops,
             fused_programs: s.fused_programs,
@@ -150,7 +151,7 @@ pub unsafe extern "C" fn ttpu_runtime_fusion_stats(
             compile_ns: c.compile_ns,
             corrupt_files: c.corrupt_files,
             evictions: c.evictions,
-        });
+        }, size);
         Ok(())
     })
 }
@@ -172,6 +173,7 @@ pub struct ttpu_flush_info_t {
     /// memory cache, 2 the disk cache, 3 compiled.
     pub source: i32,
 }
+crate::ffi::v1_ends_at!(ttpu_flush_info_t, source: i32);
 
 /// Fills `*out_info` with the last flush; NOT_FOUND if nothing was flushed yet.
 #[no_mangle]
@@ -183,7 +185,7 @@ pub unsafe extern "C" fn ttpu_runtime_last_flush(
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_last_flush")?;
         let size = out_struct_size(out_info, "ttpu_runtime_last_flush")?;
         let f = r.rt.last_flush().ok_or_else(|| Error::NotFound("no flush has happened yet".into()))?;
-        out_info.write(ttpu_flush_info_t {
+        crate::ffi::write_fitting(out_info, ttpu_flush_info_t {
             struct_size: size,
             reason: f.reason as i32,
             device: f.device as i64,
@@ -196,7 +198,7 @@ pub unsafe extern "C" fn ttpu_runtime_last_flush(
                 Some("disk") => 2,
                 Some(_) => 3,
             },
-        });
+        }, size);
         Ok(())
     })
 }

@@ -191,6 +191,7 @@ pub struct ttpu_plugin_rejection_t {
     /// variable that raises it.
     pub message: *const c_char,
 }
+crate::ffi::v1_ends_at!(ttpu_plugin_rejection_t, message: *const c_char);
 
 /// Fills `*out_rejection` for rejection `index` (0-based, in the order they
 /// happened, < `ttpu_plugin_rejection_count()`).
@@ -206,7 +207,7 @@ pub unsafe extern "C" fn ttpu_plugin_rejection(index: usize, out_rejection: *mut
         // The host keeps every rejection (and so its strings) for the life
         // of the process; `all` only holds clones of them.
         let (path, message) = r.c();
-        out_rejection.write(ttpu_plugin_rejection_t { struct_size: size, path: path.as_ptr(), message: message.as_ptr() });
+        crate::ffi::write_fitting(out_rejection, ttpu_plugin_rejection_t { struct_size: size, path: path.as_ptr(), message: message.as_ptr() }, size);
         Ok(())
     })
 }

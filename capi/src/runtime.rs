@@ -414,6 +414,7 @@ pub struct ttpu_memory_stats_t {
     /// RESOURCE_EXHAUSTED.
     pub num_ooms: i64,
 }
+crate::ffi::v1_ends_at!(ttpu_memory_stats_t, num_ooms: i64);
 
 /// Fills `*out_stats` (whose `struct_size` the caller sets) with device
 /// `index`'s memory accounting, read in one consistent snapshot.
@@ -427,7 +428,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_stats(
         let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_stats")?;
         let size = out_struct_size(out_stats, "ttpu_runtime_memory_stats")?;
         let s = r.rt.memory_stats(r.rt.device(index)?)?;
-        out_stats.write(ttpu_memory_stats_t {
+        crate::ffi::write_fitting(out_stats, ttpu_memory_stats_t {
             struct_size: size,
             live_bytes: s.bytes.current,
             peak_bytes: s.bytes.peak,
@@ -438,7 +439,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_stats(
             allocated_buffers: s.buffers.allocated,
             freed_buffers: s.buffers.freed,
             num_ooms: s.num_ooms,
-        });
+        }, size);
         Ok(())
     })
 }
@@ -484,6 +485,7 @@ pub struct ttpu_memory_info_t {
     /// A `ttpu_memory_source` value.
     pub source: i32,
 }
+crate::ffi::v1_ends_at!(ttpu_memory_info_t, source: i32);
 
 /// Fills `*out_info` (whose `struct_size` the caller sets) with device
 /// `index`'s total and free memory. UNIMPLEMENTED for a plugin other than
@@ -502,7 +504,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_info(
             MemorySource::Plugin => ttpu_memory_source::Plugin,
             MemorySource::Host => ttpu_memory_source::Host,
         };
-        out_info.write(ttpu_memory_info_t { struct_size: size, total_bytes: m.total, free_bytes: m.free, source: source as i32 });
+        crate::ffi::write_fitting(out_info, ttpu_memory_info_t { struct_size: size, total_bytes: m.total, free_bytes: m.free, source: source as i32 }, size);
         Ok(())
     })
 }
@@ -534,6 +536,7 @@ pub struct ttpu_stats_t {
     /// Executables in the op cache.
     pub cached_programs: u64,
 }
+crate::ffi::v1_ends_at!(ttpu_stats_t, cached_programs: u64);
 
 /// Fills `*out_stats` (whose `struct_size` the caller sets).
 #[no_mangle]
@@ -555,7 +558,7 @@ pub unsafe extern "C" fn ttpu_runtime_stats(
             view_ops: s.view_ops,
             cached_programs: s.cached_programs,
         };
-        out_stats.write(v);
+        crate::ffi::write_fitting(out_stats, v, size);
         Ok(())
     })
 }

@@ -66,6 +66,7 @@ pub struct ttpu_trace_span_t {
     pub detail: *const c_char,
     pub detail_len: usize,
 }
+crate::ffi::v1_ends_at!(ttpu_trace_span_t, detail_len: usize);
 
 /// A snapshot of recorded spans (`ttpu_trace_read`).
 pub struct ttpu_trace_t {
@@ -168,7 +169,7 @@ pub unsafe extern "C" fn ttpu_trace_get(
         let s = t.spans.get(index).ok_or_else(|| {
             torchtpu_core::Error::InvalidArgument(format!("ttpu_trace_get: index {index} >= span count {}", t.spans.len()))
         })?;
-        out_span.write(ttpu_trace_span_t {
+        crate::ffi::write_fitting(out_span, ttpu_trace_span_t {
             struct_size: size,
             category: s.category as i32,
             name: s.name.as_ptr() as *const c_char,
@@ -179,7 +180,7 @@ pub unsafe extern "C" fn ttpu_trace_get(
             device: s.device.map_or(-1, |d| d as i64),
             detail: s.detail.as_ptr() as *const c_char,
             detail_len: s.detail.len(),
-        });
+        }, size);
         Ok(())
     })
 }

@@ -1,6 +1,8 @@
 /* The fusion area: DEFER_AND_FUSE via the thread mode, explicit and
  * host-read flushes, last flush info, fusion stats, policies, flush reason
  * names, the last cache-miss explanation. */
+#include <stddef.h>
+
 #include "check.h"
 
 /* y = (x + x) * x, recorded in fused mode. */
@@ -85,6 +87,24 @@ int main(void) {
     CHECK(fs.memory_hits >= 1 && fs.misses >= 1 && fs.compiles >= 1);
     info.struct_size = 4;
     CHECK_CODE(ttpu_runtime_last_flush(rt, &info), TTPU_CODE_INVALID_ARGUMENT);
+
+    /* Version 1 of an output struct is frozen: a struct_size that covers it
+       exactly (through `source`, short of the trailing padding) is accepted,
+       and nothing past it is written. */
+    {
+        union {
+            ttpu_flush_info_t info;
+            unsigned char bytes[sizeof(ttpu_flush_info_t) + 8];
+        } u;
+        const size_t v1 = offsetof(ttpu_flush_info_t, source) + sizeof(int32_t);
+        memset(&u, 0xAB, sizeof u);
+        u.info.struct_size = v1;
+        CHECK_OK(ttpu_runtime_last_flush(rt, &u.info));
+        CHECK(u.info.struct_size == v1 && u.info.source == 1);
+        for (size_t i = v1; i < sizeof u.bytes; i++) CHECK(u.bytes[i] == 0xAB);
+        u.info.struct_size = v1 - 1;
+        CHECK_CODE_MSG(ttpu_runtime_last_flush(rt, &u.info), TTPU_CODE_INVALID_ARGUMENT, "smaller than version 1");
+    }
 
     /* A different shape misses the cache; the miss is explained. */
     const float x2[2] = {1, 2};
