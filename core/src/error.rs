@@ -69,8 +69,9 @@ pub enum Error {
 
     /// No PJRT plugin could be found; `tried` lists every place we looked.
     #[error(
-        "no PJRT plugin found. Tried:\n  {}\nInstall the default CPU plugin with `scripts/setup.sh` \
-         (or `.venv/bin/pip install xla-cpu-pjrt`), or point TORCHTPU_PJRT_PLUGIN at a plugin .so",
+        "no PJRT plugin found. Tried:\n  {}\nActivate the Python environment that has one (`source \
+         .venv/bin/activate`, or set VIRTUAL_ENV), install the default CPU plugin with `scripts/setup.sh` \
+         (or `pip install xla-cpu-pjrt`), or point TORCHTPU_PJRT_PLUGIN at a plugin .so",
         tried.join("\n  ")
     )]
     PluginNotFound { tried: Vec<String> },
