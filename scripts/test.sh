@@ -15,7 +15,12 @@ export VIRTUAL_ENV="$PWD/.venv"
 step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 
 step "Rust tests"
-cargo test --release --workspace -q 2>&1 | grep -vE '^(running 0 tests|test result: ok. 0 passed.*|)$'
+# A private, empty program cache, so the tests neither depend on nor fill
+# the user's ~/.cache/torchtpu.
+rust_cache=$(mktemp -d)
+trap 'rm -rf "$rust_cache"' EXIT
+TORCHTPU_CACHE_DIR="$rust_cache" cargo test --release --workspace -q 2>&1 \
+    | grep -vE '^(running 0 tests|test result: ok. 0 passed.*|)$'
 
 step "Plugin SDK and example plugins (host-side unit tests)"
 cargo test --release -q --manifest-path plugins/Cargo.toml --target-dir target 2>&1 \

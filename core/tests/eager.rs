@@ -36,7 +36,11 @@ fn changing_a_scalar_does_not_recompile() {
             .unwrap();
         outs.push(host_f32(&rt, &out));
     }
-    assert_eq!(rt.stats().compiles - before.compiles, 1, "only the first call compiles");
+    // Only the first call misses strict mode's signature memo (and compiles,
+    // unless the program cache's disk tier already has the program).
+    let after = rt.stats();
+    assert_eq!(after.cache_misses - before.cache_misses, 1, "only the first call misses");
+    assert!(after.compiles - before.compiles <= 1, "only the first call may compile");
     assert_eq!(outs, vec![vec![1.5, 2.5], vec![3.0, 4.0], vec![-2.0, -1.0]]);
 }
 

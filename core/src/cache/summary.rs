@@ -91,6 +91,9 @@ pub fn explain(graph: &GraphSummary, known: &[GraphSummary]) -> String {
 
 pub(super) fn explain_among<'a>(graph: &GraphSummary, known: impl IntoIterator<Item = &'a GraphSummary>) -> String {
     let mut known: Vec<&GraphSummary> = known.into_iter().collect();
+    if known.is_empty() {
+        return "first graph compiled (no cached programs)".to_string();
+    }
     if known.iter().any(|k| k.strict == graph.strict) {
         known.retain(|k| k.strict == graph.strict);
     }

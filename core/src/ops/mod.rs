@@ -829,12 +829,14 @@ impl Registry {
         let overloads: Vec<&str> = names.iter().copied().filter(|n| n.split('.').next() == Some(base)).collect();
         let hint = if !overloads.is_empty() {
             format!("; overloads of {base}: {}", overloads.join(", "))
-        } else if let Some(near) =
-            names.iter().min_by_key(|n| edit_distance(n, name)).filter(|n| edit_distance(n, name) <= 3)
+        } else if let Some(near) = names
+            .iter()
+            .min_by_key(|n| edit_distance(n, name))
+            .filter(|n| edit_distance(n, name) <= similar_within(base))
         {
             format!("; did you mean {near}?")
         } else {
-            format!(" ({} ops are registered; ttpu_op_list / Registry::names lists them)", names.len())
+            format!(" ({} ops are registered; ttpu_op_count and ttpu_op_name list them)", names.len())
         };
         Err(Error::UnknownOp { name: name.to_string(), hint })
     }
@@ -852,6 +854,14 @@ fn inplace_decl(decl: &str) -> String {
     let args = &decl[open..decl.rfind("->").unwrap()];
     let args = args.replacen("Tensor self", "Tensor(a!) self", 1);
     format!("{base}_{overload}{}-> Tensor(a!)", args)
+}
+
+/// How many edits still make a name a likely typo: a quarter of the op's
+/// name (after `aten::`), at least one, so `aten::relux` suggests
+/// `aten::relu` but `aten::nope` does not suggest `aten::topk`.
+fn similar_within(base: &str) -> usize {
+    let op = base.rsplit("::").next().unwrap_or(base);
+    (op.chars().count() / 4).max(1)
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -903,9 +913,11 @@ mod tests {
             Value::Bool(true),
         ];
         let bound = def.bind(&args).unwrap();
-        // lr is a runtime value; momentum (which picks the program) is not.
+        // lr and momentum are runtime values (a schedule changes both);
+        // the bools, which pick the program, are not.
         assert!(matches!(bound[5], Value::Scalar(Scalar::Float(x)) if x == 0.1));
-        assert!(matches!(bound[4], Value::Double(x) if x == 0.9));
+        assert!(matches!(bound[4], Value::Scalar(Scalar::Float(x)) if x == 0.9));
+        assert!(matches!(bound[9], Value::Bool(true)));
     }
 
     #[test]
@@ -917,5 +929,7 @@ mod tests {
         assert!(e.contains("did you mean aten::relu"), "{e}");
         let e = r.lookup("aten::definitely_not_an_op").unwrap_err();
         assert_eq!(e.code(), crate::Code::NotFound);
+        let e = r.lookup("aten::nope").unwrap_err().to_string();
+        assert!(!e.contains("did you mean") && e.contains("ttpu_op_count and ttpu_op_name list them"), "{e}");
     }
 }
