@@ -80,9 +80,10 @@ pub enum Error {
     #[error("PJRT plugin {path}: {message}")]
     PluginLoad { path: String, message: String },
 
-    /// StableHLO that PJRT refused to compile. Carries the program so the
-    /// failure can be reproduced outside the runtime.
-    #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{program}")]
+    /// StableHLO that PJRT refused to compile. Carries the whole program so
+    /// the failure can be reproduced outside the runtime; the message shows
+    /// an excerpt of a long one ([`program_excerpt`]).
+    #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{}", program_excerpt(program))]
     Compile { what: String, message: String, program: String },
 
     /// The key-value store a multi-process client rendezvouses through
@@ -291,4 +292,41 @@ macro_rules! bail_op {
     ($op:expr, $($fmt:tt)+) => {
         return Err($crate::error::Error::op($op, format!($($fmt)+)))
     };
+}
+
+/// A long program's first and last lines, with how many were left out: an
+/// error message that pastes a 2,000-line fused graph hides its first line.
+/// The whole program stays in the error (and `TORCHTPU_LOG=trace` prints
+/// every lowered program).
+pub fn program_excerpt(program: &str) -> String {
+    const HEAD: usize = 40;
+    const TAIL: usize = 10;
+    let lines: Vec<&str> = program.lines().collect();
+    if lines.len() <= HEAD + TAIL + 1 {
+        return program.to_string();
+    }
+    format!(
+        "{}\n... ({} lines left out; TORCHTPU_LOG=trace prints whole programs)\n{}",
+        lines[..HEAD].join("\n"),
+        lines.len() - HEAD - TAIL,
+        lines[lines.len() - TAIL..].join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_program_is_shown_as_an_excerpt() {
+        let short: String = (0..51).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(program_excerpt(&short), short);
+        let long: String = (0..2000).map(|i| format!("line {i}")).collect::<Vec<_>>().join("\n");
+        let e = Error::Compile { what: "fused graph (900 ops)".into(), message: "bad".into(), program: long.clone() };
+        let text = e.to_string();
+        assert!(text.contains("line 0\n") && text.contains("line 39\n... (1950 lines left out;"), "{text}");
+        assert!(text.ends_with("line 1999") && !text.contains("line 40\n") && !text.contains("line 1989\n"));
+        // The whole program stays in the error.
+        assert!(matches!(e, Error::Compile { program, .. } if program == long));
+    }
 }

@@ -205,7 +205,10 @@ impl Runtime {
                     plugin: plugin.to_string(),
                     op: Some(op.to_string()),
                     kind: crate::error::PluginFailure::InvalidStableHlo,
-                    message: format!("its fragment does not compile: {message}\n--- StableHLO ---\n{program}"),
+                    message: format!(
+                        "its fragment does not compile: {message}\n--- StableHLO ---\n{}",
+                        crate::error::program_excerpt(&program)
+                    ),
                 },
                 (_, e) => e,
             })?;
