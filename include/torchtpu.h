@@ -192,6 +192,15 @@ typedef int32_t ttpu_trace_category;
 #endif // __cplusplus
 
 // The kind of a `ttpu_value_t`, and which field carries it.
+//
+// Which kind each schema type takes (the op's aten declaration):
+// `Tensor` TENSOR or VIEW; `Tensor?` OPTIONAL_TENSOR, VIEW or NONE;
+// `Tensor[]` and `Tensor?[]` TENSOR_LIST or VIEW_LIST; `int`, `SymInt`
+// INT; `float` DOUBLE; `bool` BOOL; `str` STRING; `int[]`, `SymInt[]`,
+// `bool[]` INT_LIST; `Scalar` SCALAR_INT, SCALAR_DOUBLE or SCALAR_BOOL (a
+// runtime argument); `ScalarType` DTYPE; `Generator?` GENERATOR or NONE;
+// any optional (`T?`) NONE. Trailing arguments with defaults may be left
+// out.
 enum ttpu_value_kind
 #ifdef __cplusplus
   : int32_t

@@ -12,6 +12,15 @@ use crate::runtime::ttpu_runtime_t;
 use crate::tensor::{dtype_arg, ttpu_tensor_t};
 
 /// The kind of a `ttpu_value_t`, and which field carries it.
+///
+/// Which kind each schema type takes (the op's aten declaration):
+/// `Tensor` TENSOR or VIEW; `Tensor?` OPTIONAL_TENSOR, VIEW or NONE;
+/// `Tensor[]` and `Tensor?[]` TENSOR_LIST or VIEW_LIST; `int`, `SymInt`
+/// INT; `float` DOUBLE; `bool` BOOL; `str` STRING; `int[]`, `SymInt[]`,
+/// `bool[]` INT_LIST; `Scalar` SCALAR_INT, SCALAR_DOUBLE or SCALAR_BOOL (a
+/// runtime argument); `ScalarType` DTYPE; `Generator?` GENERATOR or NONE;
+/// any optional (`T?`) NONE. Trailing arguments with defaults may be left
+/// out.
 #[repr(i32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ttpu_value_kind {
