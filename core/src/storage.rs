@@ -28,6 +28,10 @@ pub enum StorageValue {
 /// never observe a torn value (the ordering of racing writes is, as in
 /// PyTorch, up to the caller).
 pub struct Storage {
+    /// The runtime that made it ([`crate::Runtime::id`]): a storage's buffer
+    /// belongs to that runtime's PJRT client, and its pending value to that
+    /// runtime's recording, so no other runtime may use it.
+    owner: u64,
     device: usize,
     dtype: DType,
     numel: i64,
@@ -36,13 +40,18 @@ pub struct Storage {
 
 impl std::fmt::Debug for Storage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Storage({} x {}, device {})", self.numel, self.dtype, self.device)
+        write!(f, "Storage({} x {}, device {}, runtime #{})", self.numel, self.dtype, self.device, self.owner)
     }
 }
 
 impl Storage {
-    pub fn new(device: usize, dtype: DType, numel: i64, value: StorageValue) -> Arc<Storage> {
-        Arc::new(Storage { device, dtype, numel, value: Mutex::new(value) })
+    pub fn new(owner: u64, device: usize, dtype: DType, numel: i64, value: StorageValue) -> Arc<Storage> {
+        Arc::new(Storage { owner, device, dtype, numel, value: Mutex::new(value) })
+    }
+
+    /// The id of the runtime that made this storage.
+    pub fn owner(&self) -> u64 {
+        self.owner
     }
 
     pub fn device(&self) -> usize {

@@ -316,7 +316,7 @@ mod tests {
     #[test]
     fn view_of_checks_bounds_without_wrapping() {
         // Never read: a pending value needs no device.
-        let storage = Storage::new(0, DType::F32, 8, StorageValue::Pending { recording: 0, node: 0, out: 0 });
+        let storage = Storage::new(0, 0, DType::F32, 8, StorageValue::Pending { recording: 0, node: 0, out: 0 });
         let t = Tensor::from_storage(storage, &[8]);
         let v = t.view_of("aten::as_strided", 1, &[2, 3], &[3, 1]).unwrap();
         assert_eq!((v.offset(), v.sizes(), v.strides()), (1, &[2, 3][..], &[3, 1][..]));

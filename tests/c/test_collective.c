@@ -136,6 +136,46 @@ int main(void) {
     destroy_all(in, N);
     destroy_all(big, N);
     destroy_all(quad, N);
+    /* Ownership across runtimes: another runtime's tensor is refused, naming
+       both runtimes, before anything runs; a collective mixing the two
+       leaves no replica waiting, so both runtimes synchronize and are
+       destroyed promptly afterwards. */
+    {
+        ttpu_runtime_t *other = NULL;
+        CHECK_OK(ttpu_runtime_create(&opts, &other));
+        const float v[2] = {1, 2};
+        ttpu_tensor_t *mine = on_device(rt, v, 2, 0);
+        ttpu_tensor_t *theirs = on_device(other, v, 2, 1);
+        ttpu_value_t args[2] = {test_tensor_arg(mine), test_tensor_arg(theirs)};
+        ttpu_value_t res[1];
+        memset(res, 0, sizeof res);
+        size_t count = 0;
+        CHECK_CODE_MSG(ttpu_op_call(rt, "aten::add.Tensor", args, 2, res, 1, &count), TTPU_CODE_INVALID_ARGUMENT,
+                       "argument 'other': the tensor belongs to runtime #");
+        CHECK(res[0].ptr == NULL);
+        float host[2];
+        CHECK_CODE_MSG(ttpu_tensor_to_host(rt, theirs, host, sizeof host), TTPU_CODE_INVALID_ARGUMENT,
+                       "tensors cannot be shared across runtimes");
+        const ttpu_tensor_t *mixed[2] = {mine, theirs};
+        ttpu_collective_t ar = coll(TTPU_COLLECTIVE_KIND_ALL_REDUCE);
+        ttpu_tensor_t *mixed_out[2] = {NULL, NULL};
+        CHECK_CODE_MSG(ttpu_collective_run(rt, &ar, mixed, 2, mixed_out), TTPU_CODE_INVALID_ARGUMENT, "input 1");
+        CHECK(mixed_out[0] == NULL && mixed_out[1] == NULL);
+        CHECK_OK(ttpu_runtime_synchronize(rt));
+        CHECK_OK(ttpu_runtime_synchronize(other));
+        /* Each runtime still works with its own tensors. */
+        ttpu_value_t own[2] = {test_tensor_arg(theirs), test_tensor_arg(theirs)};
+        CHECK_OK(ttpu_op_call(other, "aten::add.Tensor", own, 2, res, 1, &count));
+        const float twice[2] = {2, 4};
+        ttpu_tensor_t *sum2 = (ttpu_tensor_t *)res[0].ptr;
+        CHECK(count == 1 && sum2 != NULL);
+        CHECK_F32(other, sum2, twice, 2);
+        ttpu_tensor_destroy(sum2);
+        ttpu_tensor_destroy(mine);
+        ttpu_tensor_destroy(theirs);
+        ttpu_runtime_destroy(other);
+    }
+
     ttpu_runtime_destroy(rt);
     return 0;
 }

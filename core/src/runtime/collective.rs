@@ -23,9 +23,14 @@ use crate::storage::{Storage, StorageValue};
 use crate::tensor::Tensor;
 
 impl Runtime {
+    fn check_input_owners(&self, name: &str, inputs: &[Tensor]) -> Result<()> {
+        inputs.iter().enumerate().try_for_each(|(r, t)| self.check_owner(&format!("{name}: input {r}"), t))
+    }
+
     /// Runs `c` over the local devices that hold `inputs`: rank `r` is the
     /// device of `inputs[r]`. Returns one output per input, on its device.
     pub fn collective(self: &Arc<Self>, c: &Collective, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.check_input_owners(c.name(), inputs)?;
         let group: Vec<i64> = inputs.iter().map(|t| self.devices()[t.device()].id as i64).collect();
         self.collective_in_group(c, &group, inputs)
     }
@@ -36,6 +41,8 @@ impl Runtime {
     /// the same call with theirs.
     pub fn collective_in_group(self: &Arc<Self>, c: &Collective, group: &[i64], inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let name = c.name();
+        // Before anything runs: a refused collective leaves no replica waiting.
+        self.check_input_owners(name, inputs)?;
         let _span = tracing::debug_span!("collective", op = name, ranks = group.len()).entered();
         let mut _trace = crate::trace::span(crate::trace::Category::Collective, name, None);
         _trace.detail(|| format!("{} ranks", group.len()));
@@ -79,7 +86,7 @@ impl Runtime {
             .into_iter()
             .zip(&devices)
             .map(|(mut bufs, &d)| {
-                let storage = Storage::new(d, dtype, numel, StorageValue::Buffer(Arc::new(bufs.remove(0))));
+                let storage = Storage::new(self.id, d, dtype, numel, StorageValue::Buffer(Arc::new(bufs.remove(0))));
                 Tensor::from_storage(storage, &out_sizes)
             })
             .collect())

@@ -71,6 +71,7 @@ impl Runtime {
             trace::span(category, def.name(), None)
         });
         let bound = def.bind(args)?;
+        self.check_owners(def, &bound)?;
         if let Some(kind) = def.composite {
             return self.composite(def, kind, &bound);
         }
@@ -83,6 +84,20 @@ impl Runtime {
             }
         }
         self.run(id, def, &bound)
+    }
+
+    /// Refuses another runtime's tensors, naming the argument.
+    fn check_owners(&self, def: &OpDef, bound: &[Value]) -> Result<()> {
+        for (arg, v) in def.schema.args.iter().zip(bound) {
+            let what = || format!("{}: argument '{}'", def.name(), arg.name);
+            match v {
+                Value::Tensor(t) => self.check_owner(&what(), t)?,
+                Value::TensorList(ts) => ts.iter().try_for_each(|t| self.check_owner(&what(), t))?,
+                Value::OptTensorList(ts) => ts.iter().flatten().try_for_each(|t| self.check_owner(&what(), t))?,
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Makes the results a view kernel described.
@@ -271,7 +286,7 @@ impl Runtime {
         for (buf, spec) in outs.into_iter().zip(&c.outputs) {
             results.push(match spec {
                 Out::New { sizes, dtype } => {
-                    let storage = Storage::new(device, *dtype, shape::numel(sizes), StorageValue::Buffer(Arc::new(buf)));
+                    let storage = Storage::new(self.id, device, *dtype, shape::numel(sizes), StorageValue::Buffer(Arc::new(buf)));
                     Some(Tensor::from_storage(storage, sizes))
                 }
                 Out::Write { slot } => {

@@ -170,7 +170,7 @@ impl Runtime {
                     let numel = shape::numel(sizes);
                     bytes += (numel as usize * dtype.size()) as u64;
                     metas.push((*dtype, rec.alloc(sizes)));
-                    let storage = Storage::new(device, *dtype, numel, pending);
+                    let storage = Storage::new(self.id, device, *dtype, numel, pending);
                     rec.storages.push(Arc::downgrade(&storage));
                     Some(Tensor::from_storage(storage, sizes))
                 }

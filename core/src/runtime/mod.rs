@@ -64,6 +64,9 @@ pub struct RuntimeOptions {
 const SCALAR_CACHE_LIMIT: usize = 4096;
 
 pub struct Runtime {
+    /// This runtime's id, unique in the process: every storage it makes
+    /// carries it, and calls refuse another runtime's tensors.
+    id: u64,
     client: Arc<Client>,
     plugin: PathBuf,
     /// Why that plugin ([`discovery::find_plugin`]'s reason).
@@ -136,7 +139,9 @@ impl Runtime {
         let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);
         let streams = Streams::new(client.device_count());
         let cache_config = CacheConfig::from_env();
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(Arc::new(Runtime {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             client,
             plugin: found.path,
             plugin_source: found.source,
@@ -158,6 +163,25 @@ impl Runtime {
 
     pub fn client(&self) -> &Arc<Client> {
         &self.client
+    }
+
+    /// This runtime's id, unique in the process (runtime #1 is the first).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Refuses a tensor another runtime made: its buffer belongs to that
+    /// runtime's PJRT client (and a pending value to its recording).
+    pub fn check_owner(&self, what: &str, t: &Tensor) -> Result<()> {
+        let owner = t.storage().owner();
+        if owner == self.id {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{what}: the tensor belongs to runtime #{owner}, but the call is on runtime #{}; \
+             tensors cannot be shared across runtimes (copy through the host)",
+            self.id
+        )))
     }
     pub fn plugin_path(&self) -> &Path {
         &self.plugin
@@ -349,7 +373,7 @@ impl Runtime {
             )));
         }
         let buf = self.client.buffer_from_host(data, dtype.element_type(), &[numel], device)?;
-        let storage = Storage::new(device, dtype, numel, StorageValue::Buffer(Arc::new(buf)));
+        let storage = Storage::new(self.id, device, dtype, numel, StorageValue::Buffer(Arc::new(buf)));
         Ok(Tensor::from_storage(storage, sizes))
     }
 
@@ -367,6 +391,7 @@ impl Runtime {
     /// staged collective's) makes no intermediate copy. A wrong size is an
     /// error before anything is flushed.
     pub fn tensor_to_host_into(self: &Arc<Self>, t: &Tensor, dst: &mut [u8]) -> Result<()> {
+        self.check_owner("to_host", t)?;
         let want = t.numel() as usize * t.dtype().size();
         if dst.len() != want {
             return Err(Error::InvalidArgument(format!(
