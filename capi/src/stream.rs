@@ -169,7 +169,8 @@ pub unsafe extern "C" fn ttpu_stream_wait_event(
 /// Makes `stream` the calling thread's current stream on its device, for ops
 /// this thread launches through `runtime`. NULL resets every device of the
 /// calling thread to its default stream. The runtime keeps its own reference:
-/// the handle may be destroyed afterwards.
+/// the handle may be destroyed afterwards. Another runtime's stream is
+/// INVALID_ARGUMENT.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_stream_set_current(
     runtime: *const ttpu_runtime_t,
@@ -179,8 +180,7 @@ pub unsafe extern "C" fn ttpu_stream_set_current(
         let what = "ttpu_stream_set_current";
         let r = ttpu_runtime_t::borrow(runtime, what)?;
         if stream.is_null() {
-            r.rt.streams().set_current(None);
-            return Ok(());
+            return r.rt.streams().set_current(None);
         }
         let h = ttpu_stream_t::borrow(stream, what)?;
         if h.s.device() >= r.rt.device_count() {
@@ -190,8 +190,7 @@ pub unsafe extern "C" fn ttpu_stream_set_current(
                 r.rt.device_count()
             )));
         }
-        r.rt.streams().set_current(Some(&h.s));
-        Ok(())
+        r.rt.streams().set_current(Some(&h.s)).map_err(|e| Error::InvalidArgument(format!("{what}: {e}")))
     })
 }
 

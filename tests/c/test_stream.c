@@ -74,6 +74,17 @@ int main(void) {
     CHECK_CODE(ttpu_event_synchronize(NULL), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_event_query(NULL, &done), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_stream_set_current(NULL, s), TTPU_CODE_INVALID_ARGUMENT);
+    {
+        /* Another runtime's stream cannot become this runtime's current one. */
+        ttpu_runtime_t *other = test_runtime();
+        ttpu_stream_t *theirs = NULL;
+        CHECK_OK(ttpu_stream_create(other, 0, &theirs));
+        CHECK_CODE_MSG(ttpu_stream_set_current(rt, theirs), TTPU_CODE_INVALID_ARGUMENT, "belongs to another runtime");
+        CHECK_OK(ttpu_stream_set_current(other, theirs));
+        CHECK_OK(ttpu_stream_set_current(other, NULL));
+        ttpu_stream_destroy(theirs);
+        ttpu_runtime_destroy(other);
+    }
     CHECK(ttpu_stream_id(NULL) == -1 && ttpu_stream_device(NULL) == -1);
     CHECK(!ttpu_stream_same(NULL, s));
     /* An event passed as a stream is rejected by its magic. */

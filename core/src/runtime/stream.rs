@@ -628,11 +628,26 @@ impl Streams {
         self.default_stream(device)
     }
 
+    /// Whether `stream` is one of this registry's (a default or a created
+    /// stream): another runtime's stream launches on another PJRT client.
+    pub fn owns(&self, stream: &Stream) -> bool {
+        self.defaults.iter().any(|d| d.get() == Some(stream))
+            || self.created.lock().iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&stream.inner)))
+    }
+
     /// Makes `stream` the calling thread's current stream on its device;
     /// `None` resets every device to its default for this thread. (A thread
     /// that exits without resetting leaves its entry until the registry is
     /// dropped; thread ids are never reused, so it is never seen again.)
-    pub fn set_current(&self, stream: Option<&Stream>) {
+    /// Another registry's (runtime's) stream is refused.
+    pub fn set_current(&self, stream: Option<&Stream>) -> Result<()> {
+        if let Some(s) = stream.filter(|s| !self.owns(s)) {
+            return Err(Error::InvalidArgument(format!(
+                "set_current: stream {} of device {} belongs to another runtime",
+                s.id(),
+                s.device()
+            )));
+        }
         let me = thread::current().id();
         // Replaced streams are dropped after the lock is released: dropping
         // the last handle joins a worker whose work may call `current`.
@@ -647,6 +662,7 @@ impl Streams {
             }
         };
         drop(replaced);
+        Ok(())
     }
 
     /// Every live stream: defaults, created, and any set current.
