@@ -635,8 +635,8 @@ struct ttpu_error_t *ttpu_runtime_pending_ops(const struct ttpu_runtime_t *runti
                                               size_t *out_count);
 
 // Selects the fusion policy by name: "fuse_loops" (the default: fuse up to
-// the next flush trigger, but cut a trace of 256 ops or more that repeats a
-// loop body into equal runs of bodies, each one reused program), "fuse_all"
+// the next flush trigger, but cut a trace whose last 512 ops repeat a loop
+// body into equal runs of bodies, each one reused program), "fuse_all"
 // (fuse up to the next flush trigger), "loop_cut" (cut at the boundary of a repeated
 // loop body, so each training step runs one cached program), or a loaded
 // plugin's "<plugin>::<policy>", optionally followed by "?<config>" for the
@@ -1084,7 +1084,8 @@ struct ttpu_error_t *ttpu_stream_wait_event(const struct ttpu_stream_t *stream,
 // Makes `stream` the calling thread's current stream on its device, for ops
 // this thread launches through `runtime`. NULL resets every device of the
 // calling thread to its default stream. The runtime keeps its own reference:
-// the handle may be destroyed afterwards.
+// the handle may be destroyed afterwards. Another runtime's stream is
+// INVALID_ARGUMENT.
 struct ttpu_error_t *ttpu_stream_set_current(const struct ttpu_runtime_t *runtime,
                                              const struct ttpu_stream_t *stream);
 

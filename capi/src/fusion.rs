@@ -62,8 +62,8 @@ pub unsafe extern "C" fn ttpu_runtime_pending_ops(
 }
 
 /// Selects the fusion policy by name: "fuse_loops" (the default: fuse up to
-/// the next flush trigger, but cut a trace of 256 ops or more that repeats a
-/// loop body into equal runs of bodies, each one reused program), "fuse_all"
+/// the next flush trigger, but cut a trace whose last 512 ops repeat a loop
+/// body into equal runs of bodies, each one reused program), "fuse_all"
 /// (fuse up to the next flush trigger), "loop_cut" (cut at the boundary of a repeated
 /// loop body, so each training step runs one cached program), or a loaded
 /// plugin's "<plugin>::<policy>", optionally followed by "?<config>" for the

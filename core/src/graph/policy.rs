@@ -156,11 +156,18 @@ impl FusionPolicy for LoopCut {
 }
 
 /// The default: fuses everything up to the next flush trigger, except that
-/// a trace of at least [`FuseLoops::MIN_OPS`] ops whose tail repeats one loop
-/// body twice is cut there, and from then on every [`FuseLoops::MIN_OPS`] or
-/// so ops at a whole number of bodies. Every such run of bodies is the same
-/// graph, so it compiles once and is reused; the trace before it (setup ops
-/// and the first repeats) is one more program.
+/// a trace of at least [`FuseLoops::MIN_OPS`] ops whose last
+/// [`FuseLoops::WINDOW`] ops (and at least two bodies) repeat one loop body
+/// is cut there, and from then on at every whole number of bodies past
+/// [`FuseLoops::MIN_OPS`]. Every such run of bodies is the same graph, so it
+/// compiles once and is reused; the trace before it (setup ops and the first
+/// repeats) is one more program.
+///
+/// Only a long periodic stretch counts: a training step's own repeats (its
+/// layers, forward then backward) are far shorter than the window, so a step
+/// that a host read flushes is never cut, and its program stays the same
+/// from step to step. A flush the policy did not ask for (a host read, a
+/// sync) forgets the body, so cuts never drift from one step to the next.
 ///
 /// The tail is checked every [`FuseLoops::CHECK_EVERY`] ops with the prefix
 /// hashes (one comparison per candidate body length, then an exact check of
@@ -179,21 +186,31 @@ struct FuseLoopsState {
     body: Vec<u64>,
     /// Ops per program once the body is known: a whole number of bodies.
     run: usize,
+    /// The policy asked for the flush that comes next.
+    asked: bool,
 }
 
 impl FuseLoops {
     /// Traces shorter than this are never cut: a program of a few ops costs
     /// more to launch than it saves in compiling.
-    pub const MIN_OPS: usize = 256;
+    pub const MIN_OPS: usize = 512;
+    /// How many of the last ops must repeat one body before it counts.
+    pub const WINDOW: usize = 512;
     pub const CHECK_EVERY: usize = 16;
 
-    /// The shortest body (at least [`MIN_PERIOD`] ops) that the last two
-    /// bodies' worth of `ops` repeat.
+    /// The shortest body (at least [`MIN_PERIOD`] ops) with which the last
+    /// `max(WINDOW, 2 * body)` ops of `ops` are periodic.
     fn tail_body(hashes: &LoopState, ops: &[OpInfo<'_>]) -> Option<usize> {
         let n = ops.len();
         (MIN_PERIOD..=n / 2).find(|&h| {
-            hashes.range(n - 2 * h, n - h) == hashes.range(n - h, n)
-                && ops[n - 2 * h..n - h].iter().zip(&ops[n - h..]).all(|(a, b)| a.signature == b.signature)
+            let window = Self::WINDOW.max(2 * h);
+            if window > n {
+                return false;
+            }
+            // Periodic with period h: the window equals itself shifted by h.
+            let start = n - window;
+            hashes.range(start, n - h) == hashes.range(start + h, n)
+                && ops[start..n - h].iter().zip(&ops[start + h..]).all(|(a, b)| a.signature == b.signature)
         })
     }
 }
@@ -209,9 +226,13 @@ impl FusionPolicy for FuseLoops {
         if !st.body.is_empty() {
             let h = st.body.len();
             if graph.ops[n - 1].signature == st.body[(n - 1) % h] {
-                return if n == st.run { Decision::Flush } else { Decision::Continue };
+                if n == st.run {
+                    st.asked = true;
+                    return Decision::Flush;
+                }
+                return Decision::Continue;
             }
-            // The loop changed (or a flush left the trace mid-body): learn again.
+            // The loop changed: learn again.
             st.body.clear();
         }
         if n < Self::MIN_OPS || n % Self::CHECK_EVERY != 0 {
@@ -222,6 +243,7 @@ impl FusionPolicy for FuseLoops {
             Some(h) => {
                 st.body = graph.ops[n - h..].iter().map(|o| o.signature).collect();
                 st.run = h * Self::MIN_OPS.div_ceil(h);
+                st.asked = true;
                 Decision::Flush
             }
             None => Decision::Continue,
@@ -232,6 +254,10 @@ impl FusionPolicy for FuseLoops {
         let mut st = self.state.lock();
         st.hashes.prefix.clear();
         st.hashes.pows.clear();
+        if !std::mem::take(&mut st.asked) {
+            // A host read or a sync cut the trace: the next one starts afresh.
+            st.body.clear();
+        }
     }
 }
 
@@ -276,23 +302,47 @@ mod tests {
         let mut sigs: Vec<u64> = (0..10).collect();
         sigs.extend(body.iter().copied().cycle().take(40 * 100));
         let cuts = run(&FuseLoops::default(), &sigs);
-        // The first cut comes once the trace is long enough and its tail
-        // repeats (checked every 16 ops); then runs of 7 bodies (280 ops).
-        assert_eq!(cuts[0], 256);
-        assert!(cuts[1..].iter().all(|&c| c == 280), "{cuts:?}");
-        assert_eq!(cuts.len(), 1 + (4010 - 256) / 280);
+        // The first cut once the trace is 512 ops long and periodic over its
+        // last 512 (checked every 16 ops); then runs of 13 bodies (520 ops).
+        assert_eq!(cuts[0], 528);
+        assert!(cuts[1..].iter().all(|&c| c == 520), "{cuts:?}");
+        assert_eq!(cuts.len(), 1 + (4010 - 528) / 520);
         // Short traces and traces that never repeat are left alone.
-        assert!(run(&FuseLoops::default(), &sigs[..250]).is_empty());
+        assert!(run(&FuseLoops::default(), &sigs[..500]).is_empty());
         assert!(run(&FuseLoops::default(), &(0..3000).collect::<Vec<u64>>()).is_empty());
     }
 
     #[test]
+    fn fuse_loops_leaves_a_step_with_short_repeats_alone() {
+        // A 700-op training step whose four 60-op layers repeat forward and
+        // backward, each step ended by a host read (a flush the policy did
+        // not ask for): never cut, so every step is the same program.
+        let layer: Vec<u64> = (1000..1060).collect();
+        let mut step: Vec<u64> = (0..50).collect();
+        step.extend(layer.iter().copied().cycle().take(240));
+        step.extend(50..150);
+        step.extend(layer.iter().rev().copied().cycle().take(240));
+        step.extend(150..220);
+        let policy = FuseLoops::default();
+        let mut pending: Vec<OpInfo<'static>> = Vec::new();
+        for _ in 0..5 {
+            for &s in &step {
+                pending.push(OpInfo { name: "op", signature: s, bytes: 4, results: &[] });
+                let g = GraphView { ops: &pending, bytes: 0 };
+                assert_eq!(policy.after_record(&g), Decision::Continue);
+            }
+            policy.flushed(&GraphView { ops: &pending, bytes: 0 });
+            pending.clear();
+        }
+    }
+
+    #[test]
     fn fuse_loops_relearns_when_the_loop_changes() {
-        let mut sigs: Vec<u64> = [1u64, 2, 3, 4, 5, 6].iter().copied().cycle().take(600).collect();
-        sigs.extend([7u64, 8, 9, 10, 11].iter().copied().cycle().take(1000));
+        let mut sigs: Vec<u64> = [1u64, 2, 3, 4, 5, 6].iter().copied().cycle().take(1200).collect();
+        sigs.extend([7u64, 8, 9, 10, 11].iter().copied().cycle().take(2000));
         let cuts = run(&FuseLoops::default(), &sigs);
-        // Runs of 43 six-op bodies (258 ops), then of 52 five-op ones (260).
-        assert!(cuts.contains(&258) && cuts.ends_with(&[260]), "{cuts:?}");
+        // Runs of 86 six-op bodies (516 ops), then of 103 five-op ones (515).
+        assert!(cuts.contains(&516) && cuts.ends_with(&[515]), "{cuts:?}");
     }
 
     #[test]
