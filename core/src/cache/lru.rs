@@ -4,8 +4,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
-/// Entries least recently used first out. `order` maps a use tick to its key,
-/// so the oldest entry is the first.
+/// Entries least recently used first out.
+///
+/// A hit only stamps the entry with a new tick (one hash lookup, no
+/// reordering): strict mode looks its memo up on every op. `order` files each
+/// key under the tick it had when it was filed; eviction takes the oldest
+/// filing and, if the entry has been used since (its tick is newer), files it
+/// again under its current tick instead of evicting it. So the entry evicted
+/// is always the least recently used, and the reordering is paid at eviction.
 pub struct Lru<K, V> {
     pub(crate) bound: usize,
     tick: u64,
@@ -26,10 +32,6 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
     {
         let (value, tick) = self.map.get_mut(key)?;
         self.tick += 1;
-        // Move the key itself to the new tick: a hit allocates nothing.
-        if let Some(k) = self.order.remove(tick) {
-            self.order.insert(self.tick, k);
-        }
         *tick = self.tick;
         Some(value.clone())
     }
@@ -40,15 +42,23 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
             return 0;
         }
         self.tick += 1;
-        if let Some((_, old)) = self.map.insert(key.clone(), (value, self.tick)) {
-            self.order.remove(&old);
+        // A key already present keeps its filing; it is refiled at eviction.
+        if self.map.insert(key.clone(), (value, self.tick)).is_none() {
+            self.order.insert(self.tick, key);
         }
-        self.order.insert(self.tick, key);
         let mut evicted = 0;
         while self.map.len() > self.bound {
-            let Some((_, oldest)) = self.order.pop_first() else { break };
-            self.map.remove(&oldest);
-            evicted += 1;
+            let Some((filed, oldest)) = self.order.pop_first() else { break };
+            match self.map.get(&oldest) {
+                Some(&(_, used)) if used != filed => {
+                    self.order.insert(used, oldest);
+                }
+                Some(_) => {
+                    self.map.remove(&oldest);
+                    evicted += 1;
+                }
+                None => {}
+            }
         }
         evicted
     }
@@ -84,6 +94,14 @@ mod tests {
         assert_eq!(lru.insert("c".into(), 3), 1);
         assert!(!lru.contains("b"));
         assert_eq!((lru.get("a"), lru.get("c"), lru.len()), (Some(1), Some(3), 2));
+        // Re-inserting a key refreshes it; the bound holds through many rounds.
+        let mut lru: Lru<u32, u32> = Lru::new(3);
+        for round in 0..50u32 {
+            lru.insert(round % 5, round);
+            assert_eq!(lru.get(&(round % 5)), Some(round));
+            assert!(lru.len() <= 3);
+        }
+        assert!(lru.contains(&4) && lru.contains(&3) && lru.contains(&2) && !lru.contains(&1));
         let mut none: Lru<String, i32> = Lru::new(0);
         assert_eq!(none.insert("a".into(), 1), 0);
         assert_eq!(none.len(), 0);
