@@ -193,7 +193,8 @@ typedef int32_t ttpu_trace_category;
 
 // The kind of a `ttpu_value_t`, and which field carries it.
 //
-// Which kind each schema type takes (the op's aten declaration):
+// Which kind each schema type takes (the op's aten declaration,
+// `ttpu_op_schema`):
 // `Tensor` TENSOR or VIEW; `Tensor?` OPTIONAL_TENSOR, VIEW or NONE;
 // `Tensor[]` and `Tensor?[]` TENSOR_LIST or VIEW_LIST; `int`, `SymInt`
 // INT; `float` DOUBLE; `bool` BOOL; `str` STRING; `int[]`, `SymInt[]`,
@@ -799,6 +800,14 @@ size_t ttpu_op_count(void);
 // NUL-terminated, static storage.
 struct ttpu_error_t *ttpu_op_name(size_t index, const char **out_name);
 
+// Writes the aten declaration of op `index` (0-based, < `ttpu_op_count()`,
+// or an id from `ttpu_op_lookup`) to `*out_decl`: NUL-terminated, static
+// storage. For example `aten::add.Tensor(Tensor self, Tensor other, *,
+// Scalar alpha=1) -> Tensor`: the arguments in order, with their types
+// (see `ttpu_value_kind` for the value kind each takes), defaults and
+// keyword-only marker. `SymInt` prints as `int`. Since API 1.6.
+struct ttpu_error_t *ttpu_op_schema(size_t index, const char **out_decl);
+
 // Loads the plugin file `path`, or every `.wasm` file in the directory
 // `path`, with the default limits (or those of `TORCHTPU_PLUGIN_FUEL`,
 // `TORCHTPU_PLUGIN_TIMEOUT_MS`, `TORCHTPU_PLUGIN_MEMORY_MB`,
@@ -1176,7 +1185,9 @@ void ttpu_tensor_destroy(struct ttpu_tensor_t *tensor);
 // The element type (a `ttpu_dtype`), or -1 for an invalid handle.
 int32_t ttpu_tensor_dtype(const struct ttpu_tensor_t *tensor);
 
-// The number of dimensions, or 0 for an invalid handle.
+// The number of dimensions, or 0 for an invalid handle. A 0-d tensor also
+// has 0: tell them apart with `ttpu_tensor_dtype` (-1 for an invalid handle)
+// or `ttpu_tensor_numel` (-1).
 size_t ttpu_tensor_ndim(const struct ttpu_tensor_t *tensor);
 
 // The sizes (`ndim` entries). Borrowed: valid while the handle lives.

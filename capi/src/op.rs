@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_void, CStr};
 
-use torchtpu_core::{op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id, Error, Result, Scalar, Tensor, Value};
+use torchtpu_core::{op_c_decl, op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id, Error, Result, Scalar, Tensor, Value};
 
 use crate::error::ttpu_error_t;
 use crate::ffi::{check_out, check_struct_size, slice_arg, str_arg, write_out, Handle};
@@ -13,7 +13,8 @@ use crate::tensor::{dtype_arg, ttpu_tensor_t};
 
 /// The kind of a `ttpu_value_t`, and which field carries it.
 ///
-/// Which kind each schema type takes (the op's aten declaration):
+/// Which kind each schema type takes (the op's aten declaration,
+/// `ttpu_op_schema`):
 /// `Tensor` TENSOR or VIEW; `Tensor?` OPTIONAL_TENSOR, VIEW or NONE;
 /// `Tensor[]` and `Tensor?[]` TENSOR_LIST or VIEW_LIST; `int`, `SymInt`
 /// INT; `float` DOUBLE; `bool` BOOL; `str` STRING; `int[]`, `SymInt[]`,
@@ -398,5 +399,21 @@ pub unsafe extern "C" fn ttpu_op_name(index: usize, out_name: *mut *const c_char
             Error::InvalidArgument(format!("ttpu_op_name: index {index} >= op count {}", op_count()))
         })?;
         write_out(out_name, "ttpu_op_name", name.as_ptr())
+    })
+}
+
+/// Writes the aten declaration of op `index` (0-based, < `ttpu_op_count()`,
+/// or an id from `ttpu_op_lookup`) to `*out_decl`: NUL-terminated, static
+/// storage. For example `aten::add.Tensor(Tensor self, Tensor other, *,
+/// Scalar alpha=1) -> Tensor`: the arguments in order, with their types
+/// (see `ttpu_value_kind` for the value kind each takes), defaults and
+/// keyword-only marker. `SymInt` prints as `int`. Since API 1.6.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_op_schema(index: usize, out_decl: *mut *const c_char) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let decl = op_c_decl(index).ok_or_else(|| {
+            Error::InvalidArgument(format!("ttpu_op_schema: index {index} >= op count {}", op_count()))
+        })?;
+        write_out(out_decl, "ttpu_op_schema", decl.as_ptr())
     })
 }

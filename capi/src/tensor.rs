@@ -160,7 +160,9 @@ pub unsafe extern "C" fn ttpu_tensor_dtype(tensor: *const ttpu_tensor_t) -> i32 
     ttpu_tensor_t::borrow(tensor, "").map_or(-1, |h| h.t.dtype().code())
 }
 
-/// The number of dimensions, or 0 for an invalid handle.
+/// The number of dimensions, or 0 for an invalid handle. A 0-d tensor also
+/// has 0: tell them apart with `ttpu_tensor_dtype` (-1 for an invalid handle)
+/// or `ttpu_tensor_numel` (-1).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_tensor_ndim(tensor: *const ttpu_tensor_t) -> usize {
     ttpu_tensor_t::borrow(tensor, "").map_or(0, |h| h.t.rank())

@@ -40,7 +40,7 @@ pub mod view;
 
 pub use dtype::DType;
 pub use error::{Code, Error, Result};
-pub use ops::{op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id};
+pub use ops::{op_c_decl, op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id};
 pub use pjrt::{DistributedOptions, KeyValueStore};
 pub use rng::Generator;
 pub use runtime::{ExecMode, Runtime, RuntimeOptions};

@@ -119,6 +119,18 @@ int main(void) {
     CHECK_CODE(ttpu_op_name(count, &name), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_op_name(0, NULL), TTPU_CODE_INVALID_ARGUMENT);
 
+    /* An op's schema, by id: the aten declaration. */
+    size_t add_id = 0;
+    const char *decl = NULL;
+    CHECK_OK(ttpu_op_lookup("aten::add.Tensor", &add_id));
+    CHECK_OK(ttpu_op_schema(add_id, &decl));
+    CHECK(strcmp(decl, "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") == 0);
+    CHECK_OK(ttpu_op_lookup("aten::add.out", &add_id)); /* derived by name */
+    CHECK_OK(ttpu_op_schema(add_id, &decl));
+    CHECK(strstr(decl, "aten::add.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(") == decl);
+    CHECK_CODE(ttpu_op_schema(ttpu_op_count() + 100, &decl), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_op_schema(0, NULL), TTPU_CODE_INVALID_ARGUMENT);
+
     /* Still usable after all the errors. */
     CHECK_OK(ttpu_runtime_synchronize(rt));
 

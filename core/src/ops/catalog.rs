@@ -39,6 +39,13 @@ pub fn op_c_name(id: usize) -> Option<&'static CStr> {
     (id < reg.len()).then(|| reg.get(id).c_name())
 }
 
+/// The aten declaration of op `id` (`aten::add.Tensor(Tensor self, Tensor
+/// other, *, Scalar alpha=1) -> Tensor`), NUL-terminated, static.
+pub fn op_c_decl(id: usize) -> Option<&'static CStr> {
+    let reg = registry();
+    (id < reg.len()).then(|| reg.get(id).c_decl())
+}
+
 /// How many values a call of the op `name` returns, when its schema fixes
 /// that: `None` when a `Tensor[]` return makes it depend on the arguments.
 pub fn op_result_count(name: &str) -> Result<Option<usize>> {

@@ -38,7 +38,7 @@ use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::tensor::{Scalar, Value};
-pub use catalog::{op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id};
+pub use catalog::{op_c_decl, op_c_name, op_count, op_declare, op_id, op_result_count, op_result_count_id};
 pub use schema::{ArgType, Schema};
 
 /// A runtime scalar argument: its position in the call and its kind. The
@@ -534,6 +534,8 @@ pub fn bound_f64(bound: &[Value], i: usize) -> Option<f64> {
 pub struct OpDef {
     pub schema: Schema,
     c_name: std::ffi::CString,
+    /// The aten declaration, printed from the schema, NUL-terminated.
+    c_decl: std::ffi::CString,
     pub lower: Arc<LowerFn>,
     pub view: Option<Arc<ViewFn>>,
     /// Carried out by the runtime's dispatch instead of a program.
@@ -559,9 +561,13 @@ impl OpDef {
     /// An op with default flags.
     pub fn new(schema: Schema, lower: Arc<LowerFn>) -> OpDef {
         let c_name = std::ffi::CString::new(schema.name.clone()).expect("op names have no NUL");
+        // A default string with a NUL (a plugin's declaration) is cut there.
+        let decl = schema.to_string();
+        let c_decl = std::ffi::CString::new(decl.split('\0').next().unwrap_or("")).expect("cut at the first NUL");
         OpDef {
             schema,
             c_name,
+            c_decl,
             lower,
             view: None,
             composite: None,
@@ -580,6 +586,10 @@ impl OpDef {
     /// The name, NUL-terminated, for C callers.
     pub fn c_name(&self) -> &std::ffi::CStr {
         &self.c_name
+    }
+    /// The aten declaration ([`Schema`]'s `Display`), NUL-terminated.
+    pub fn c_decl(&self) -> &std::ffi::CStr {
+        &self.c_decl
     }
 
     /// Binds positional arguments to the schema ([`Schema::bind`]); the

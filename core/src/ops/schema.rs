@@ -353,8 +353,123 @@ fn type_label(t: &ArgType) -> String {
     }
 }
 
+impl std::fmt::Display for ArgType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sized = |f: &mut std::fmt::Formatter<'_>, t: &str, n: usize| {
+            if n > 0 {
+                write!(f, "{t}[{n}]")
+            } else {
+                write!(f, "{t}[]")
+            }
+        };
+        match self {
+            ArgType::Tensor => f.write_str("Tensor"),
+            ArgType::TensorList => f.write_str("Tensor[]"),
+            ArgType::OptTensorList => f.write_str("Tensor?[]"),
+            ArgType::Int => f.write_str("int"),
+            ArgType::IntList(n) => sized(f, "int", *n),
+            ArgType::Float => f.write_str("float"),
+            ArgType::FloatList => f.write_str("float[]"),
+            ArgType::Bool => f.write_str("bool"),
+            ArgType::BoolList(n) => sized(f, "bool", *n),
+            ArgType::Str => f.write_str("str"),
+            ArgType::Scalar => f.write_str("Scalar"),
+            ArgType::ScalarType => f.write_str("ScalarType"),
+            ArgType::Layout => f.write_str("Layout"),
+            ArgType::Device => f.write_str("Device"),
+            ArgType::MemoryFormat => f.write_str("MemoryFormat"),
+            ArgType::Generator => f.write_str("Generator"),
+        }
+    }
+}
+
+/// A default value as a declaration spells it.
+fn default_text(v: &Value) -> String {
+    match v {
+        Value::None => "None".into(),
+        Value::Int(x) => x.to_string(),
+        Value::Double(x) => format!("{x:?}"),
+        Value::Bool(b) => (if *b { "True" } else { "False" }).into(),
+        Value::Str(t) => format!("{t:?}"),
+        Value::IntList(xs) => format!("{xs:?}"),
+        Value::Scalar(s) => match s {
+            crate::tensor::Scalar::Float(x) => format!("{x:?}"),
+            crate::tensor::Scalar::Int(x) => x.to_string(),
+            crate::tensor::Scalar::Bool(b) => (if *b { "True" } else { "False" }).into(),
+        },
+        other => format!("{other:?}"),
+    }
+}
+
+impl std::fmt::Display for Arg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.ty)?;
+        if let Some(alias) = &self.alias {
+            write!(f, "({alias})")?;
+        }
+        if self.optional {
+            f.write_str("?")?;
+        }
+        write!(f, " {}", self.name)?;
+        if let Some(d) = &self.default {
+            write!(f, "={}", default_text(d))?;
+        }
+        Ok(())
+    }
+}
+
+/// The aten declaration, as the op was registered (derived `out=` forms
+/// spelled the same way): `aten::add.Tensor(Tensor self, Tensor other, *,
+/// Scalar alpha=1) -> Tensor`.
+impl std::fmt::Display for Schema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(", self.name)?;
+        let mut kw = false;
+        for (i, a) in self.args.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if a.kwarg_only && !kw {
+                kw = true;
+                f.write_str("*, ")?;
+            }
+            write!(f, "{a}")?;
+        }
+        f.write_str(") -> ")?;
+        let ret = |i: usize| match self.return_alias.get(i).copied().flatten().and_then(|a| self.args[a].alias.clone()) {
+            Some(alias) => format!("{}({alias})", self.returns[i]),
+            None => self.returns[i].clone(),
+        };
+        match self.returns.len() {
+            1 => f.write_str(&ret(0)),
+            n => write!(f, "({})", (0..n).map(ret).collect::<Vec<_>>().join(", ")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn declarations_print_back() {
+        for decl in [
+            "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+            "aten::add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)",
+            "aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor, Tensor)",
+            "aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+            "aten::split.Tensor(Tensor(a -> *) self, int split_size, int dim=0) -> Tensor[]",
+            "aten::_foreach_x(Tensor(a!)[] self, float lr=0.001, str mode=\"mean\") -> ()",
+        ] {
+            let s = Schema::parse(decl).unwrap();
+            let printed = s.to_string();
+            // Printed, it parses to the same schema.
+            let again = Schema::parse(&printed).unwrap_or_else(|e| panic!("{printed}: {e}"));
+            assert_eq!(again.to_string(), printed);
+            assert_eq!(again.args.len(), s.args.len(), "{printed}");
+        }
+        let s = Schema::parse("aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor").unwrap();
+        assert_eq!(s.to_string(), "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
+    }
+
     use super::*;
 
     #[test]
