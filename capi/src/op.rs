@@ -394,12 +394,19 @@ pub extern "C" fn ttpu_op_count() -> usize {
 /// NUL-terminated, static storage.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_name(index: usize, out_name: *mut *const c_char) -> *mut ttpu_error_t {
-    ffi_boundary!({
-        let name = op_c_name(index).ok_or_else(|| {
-            Error::InvalidArgument(format!("ttpu_op_name: index {index} >= op count {}", op_count()))
-        })?;
-        write_out(out_name, "ttpu_op_name", name.as_ptr())
-    })
+    ffi_boundary!({ write_op_str(index, out_name, "ttpu_op_name", op_c_name) })
+}
+
+/// Writes op `index`'s static string (`get`) to `*out`, or an error naming
+/// `what` for an index past the op count.
+unsafe fn write_op_str(
+    index: usize,
+    out: *mut *const c_char,
+    what: &str,
+    get: fn(usize) -> Option<&'static std::ffi::CStr>,
+) -> Result<()> {
+    let s = get(index).ok_or_else(|| Error::InvalidArgument(format!("{what}: index {index} >= op count {}", op_count())))?;
+    write_out(out, what, s.as_ptr())
 }
 
 /// Writes the aten declaration of op `index` (0-based, < `ttpu_op_count()`,
@@ -410,10 +417,5 @@ pub unsafe extern "C" fn ttpu_op_name(index: usize, out_name: *mut *const c_char
 /// keyword-only marker. `SymInt` prints as `int`. Since API 1.6.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_op_schema(index: usize, out_decl: *mut *const c_char) -> *mut ttpu_error_t {
-    ffi_boundary!({
-        let decl = op_c_decl(index).ok_or_else(|| {
-            Error::InvalidArgument(format!("ttpu_op_schema: index {index} >= op count {}", op_count()))
-        })?;
-        write_out(out_decl, "ttpu_op_schema", decl.as_ptr())
-    })
+    ffi_boundary!({ write_op_str(index, out_decl, "ttpu_op_schema", op_c_decl) })
 }

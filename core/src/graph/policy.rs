@@ -115,6 +115,12 @@ impl LoopState {
         }
     }
 
+    /// Forgets the hashes (the pending graph was flushed).
+    fn reset(&mut self) {
+        self.prefix.clear();
+        self.pows.clear();
+    }
+
     /// Hash of ops[a..b].
     fn range(&self, a: usize, b: usize) -> u64 {
         self.prefix[b].wrapping_sub(self.prefix[a].wrapping_mul(self.pows[b - a]))
@@ -149,9 +155,7 @@ impl FusionPolicy for LoopCut {
     }
 
     fn flushed(&self, _graph: &GraphView<'_>) {
-        let mut st = self.state.lock();
-        st.prefix.clear();
-        st.pows.clear();
+        self.state.lock().reset();
     }
 }
 
@@ -252,8 +256,7 @@ impl FusionPolicy for FuseLoops {
 
     fn flushed(&self, _graph: &GraphView<'_>) {
         let mut st = self.state.lock();
-        st.hashes.prefix.clear();
-        st.hashes.pows.clear();
+        st.hashes.reset();
         if !std::mem::take(&mut st.asked) {
             // A host read or a sync cut the trace: the next one starts afresh.
             st.body.clear();

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use super::call::{build_returns, Arg, lower_program, node_summary, signature, Flat, Out, Ret};
+use super::call::{build_returns, lower_program, node_summary, signature, Arg, Flat, Out, Ret};
 use super::{current_mode, ExecMode, Runtime, Stats};
 use crate::cache::GraphSummary;
 use crate::error::{Error, Result};

@@ -12,6 +12,7 @@ mod eager;
 mod fused;
 mod materialize;
 mod memory;
+mod programs;
 mod progress;
 pub mod mode;
 pub mod stats;
