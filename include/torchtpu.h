@@ -854,11 +854,21 @@ struct ttpu_error_t *ttpu_plugin_rejection(size_t index,
 struct ttpu_error_t *ttpu_runtime_create(const struct ttpu_runtime_options_t *options,
                                          struct ttpu_runtime_t **out_runtime);
 
-// Frees a runtime. Tensors created from it stay valid (they hold their
-// device memory) but can no longer be used in calls. NULL is a no-op. Use
-// after destroy is detected: the handle is marked destroyed and kept in a
-// quarantine of the 65536 most recently destroyed handles (of all kinds), so
-// while it is there any use of it fails with INVALID_ARGUMENT
+// Frees a runtime. First it waits for the calls in progress on it (on
+// other threads), and calls that begin meanwhile fail with INVALID_ARGUMENT;
+// then it flushes the pending graphs, waits for the work launched on it
+// (an error of that work is logged, as there is no caller left to report
+// it to), and stops its streams' workers. Its children stay valid handles:
+// tensors keep their device memory until they are destroyed (their getters
+// still work, but every call that would use them names a runtime, which
+// is gone), a stream's synchronize, query, record and wait fail with
+// FAILED_PRECONDITION, and events and generators can still be read and
+// destroyed. NULL is a no-op. Do not call it from inside a call on the same
+// runtime (a key-value store callback): it would wait for itself.
+//
+// Use after destroy is detected: the handle is marked destroyed and kept in
+// a quarantine of the 65536 most recently destroyed handles (of all kinds),
+// so while it is there any use of it fails with INVALID_ARGUMENT
 // ("ttpu_runtime_t was already destroyed") and destroying it again is a
 // no-op. Beyond that bound a use of the pointer is undefined behaviour. The
 // runtime's `ttpu_device_t` pointers are freed with it and are not checked.

@@ -123,7 +123,7 @@ pub unsafe extern "C" fn ttpu_collective_run(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_collective_run";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         let coll = collective_arg(c, what)?;
         let xs = tensors_arg(inputs, n, what)?;
         let out = r.rt.collective(&coll, &xs)?;
@@ -148,7 +148,7 @@ pub unsafe extern "C" fn ttpu_collective_run_in_group(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_collective_run_in_group";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         let coll = collective_arg(c, what)?;
         let group = slice_arg(group, group_size, &format!("{what}: group"))?;
         let xs = tensors_arg(inputs, n, what)?;
@@ -163,7 +163,7 @@ pub unsafe extern "C" fn ttpu_collective_run_in_group(
 pub unsafe extern "C" fn ttpu_collective_barrier(runtime: *const ttpu_runtime_t, devices: *const i64, n: usize) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_collective_barrier";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         let devices = slice_arg(devices, n, &format!("{what}: devices"))?
             .iter()
             .map(|&d| r.rt.device(d))

@@ -8,7 +8,7 @@ use torchtpu_core::graph::FlushReason;
 use torchtpu_core::Error;
 
 use crate::error::ttpu_error_t;
-use crate::ffi::{check_out, out_struct_size, str_arg, write_out, Handle};
+use crate::ffi::{check_out, out_struct_size, str_arg, write_out};
 use crate::runtime::ttpu_runtime_t;
 
 /// Why a pending graph was flushed.
@@ -44,7 +44,7 @@ pub extern "C" fn ttpu_flush_reason_name(reason: i32) -> *const c_char {
 /// reports the same error).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_flush(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
-    ffi_boundary!({ ttpu_runtime_t::borrow(runtime, "ttpu_runtime_flush")?.rt.flush(FlushReason::Explicit) })
+    ffi_boundary!({ ttpu_runtime_t::enter(runtime, "ttpu_runtime_flush")?.rt.flush(FlushReason::Explicit) })
 }
 
 /// Writes the number of ops pending in device `index`'s graph.
@@ -55,7 +55,7 @@ pub unsafe extern "C" fn ttpu_runtime_pending_ops(
     out_count: *mut usize,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_pending_ops")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_pending_ops")?;
         let d = r.rt.device(index)?;
         write_out(out_count, "ttpu_runtime_pending_ops", r.rt.pending_ops(d))
     })
@@ -75,7 +75,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_fusion_policy(
     name: *const c_char,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_fusion_policy")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_set_fusion_policy")?;
         let name = str_arg(name, "ttpu_runtime_set_fusion_policy: name")?;
         r.rt.select_fusion_policy(name)
     })
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_fusion_policy(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_set_fusion_max_ops(runtime: *const ttpu_runtime_t, max_ops: usize) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_fusion_max_ops")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_set_fusion_max_ops")?;
         if max_ops == 0 {
             return Err(Error::InvalidArgument("ttpu_runtime_set_fusion_max_ops: max_ops must be at least 1".into()));
         }
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_fusion_max_ops(runtime: *const ttpu_ru
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_set_cache_enabled(runtime: *const ttpu_runtime_t, enabled: bool) -> *mut ttpu_error_t {
     ffi_boundary!({
-        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_cache_enabled")?.rt.program_cache().set_enabled(enabled);
+        ttpu_runtime_t::enter(runtime, "ttpu_runtime_set_cache_enabled")?.rt.program_cache().set_enabled(enabled);
         Ok(())
     })
 }
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn ttpu_runtime_fusion_stats(
     out_stats: *mut ttpu_fusion_stats_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_fusion_stats")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_fusion_stats")?;
         let size = out_struct_size(out_stats, "ttpu_runtime_fusion_stats")?;
         let s = r.rt.stats();
         let c = r.rt.program_cache().stats();
@@ -182,7 +182,7 @@ pub unsafe extern "C" fn ttpu_runtime_last_flush(
     out_info: *mut ttpu_flush_info_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_last_flush")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_last_flush")?;
         let size = out_struct_size(out_info, "ttpu_runtime_last_flush")?;
         let f = r.rt.last_flush().ok_or_else(|| Error::NotFound("no flush has happened yet".into()))?;
         crate::ffi::write_fitting(out_info, ttpu_flush_info_t {
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn ttpu_runtime_last_miss_explanation(
     out_len: *mut usize,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_last_miss_explanation")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_last_miss_explanation")?;
         check_out(out_len, "ttpu_runtime_last_miss_explanation")?;
         let msg = r
             .rt

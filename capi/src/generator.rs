@@ -49,7 +49,7 @@ pub unsafe extern "C" fn ttpu_generator_create(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_generator_create";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         check_out(out_generator, what)?;
         let g = r.rt.new_generator(r.rt.device(device)?, seed)?;
         write_out(out_generator, what, ttpu_generator_t::new(g))
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn ttpu_runtime_default_generator(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_runtime_default_generator";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         check_out(out_generator, what)?;
         let g = r.rt.default_generator(r.rt.device(device)?)?;
         write_out(out_generator, what, ttpu_generator_t::new(g))

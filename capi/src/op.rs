@@ -236,7 +236,7 @@ pub unsafe extern "C" fn ttpu_op_call(
     out_count: *mut usize,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_op_call")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_op_call")?;
         let name = str_arg(name, "ttpu_op_call: name")?;
         check_out(out_count, name)?;
         let raw = slice_arg(args, nargs, name)?;
@@ -301,7 +301,7 @@ pub unsafe extern "C" fn ttpu_op_call_id(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         const WHAT: &str = "ttpu_op_call_id";
-        let r = ttpu_runtime_t::borrow(runtime, WHAT)?;
+        let r = ttpu_runtime_t::enter(runtime, WHAT)?;
         check_out(out_count, WHAT)?;
         check_struct_size(result_size, RESULT_V1, "ttpu_op_call_id: result_size")?;
         let c_name = op_c_name(op_id).ok_or_else(|| {

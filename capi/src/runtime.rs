@@ -2,6 +2,7 @@
 //! synchronization, statistics and seeding.
 
 use std::ffi::{c_char, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use torchtpu_core::runtime::{self, ExecMode, MemorySource};
@@ -15,6 +16,12 @@ use crate::ffi::{check_struct_size, out_struct_size, str_arg, write_out, Handle}
 /// Created by `ttpu_runtime_create`, freed by `ttpu_runtime_destroy`.
 pub struct ttpu_runtime_t {
     magic: u64,
+    /// Calls in progress on this handle ([`RuntimeCall`]), plus [`CLOSING`]
+    /// once a destroy began: the destroy waits for the count to reach zero,
+    /// and calls that start later fail. A call that checked the handle just
+    /// before the destroy marked it dead still finds the flag set: the
+    /// quarantined shell keeps the field's memory (see `Handle::destroy`).
+    calls: AtomicU64,
     pub(crate) rt: Arc<Runtime>,
     devices: Vec<ttpu_device_t>,
     platform_name: CString,
@@ -24,6 +31,67 @@ pub struct ttpu_runtime_t {
 }
 
 impl_handle!(ttpu_runtime_t, "ttpu_runtime_t", 0x7474_7075_5255_4e54);
+
+/// The bit of `ttpu_runtime_t::calls` set when a destroy begins.
+const CLOSING: u64 = 1 << 63;
+
+/// A call in progress on a runtime handle, from [`ttpu_runtime_t::enter`]
+/// until it is dropped. While one lives, `ttpu_runtime_destroy` waits.
+pub(crate) struct RuntimeCall<'a> {
+    r: &'a ttpu_runtime_t,
+}
+
+impl std::ops::Deref for RuntimeCall<'_> {
+    type Target = ttpu_runtime_t;
+    fn deref(&self) -> &ttpu_runtime_t {
+        self.r
+    }
+}
+
+impl Drop for RuntimeCall<'_> {
+    fn drop(&mut self) {
+        self.r.calls.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl ttpu_runtime_t {
+    /// Borrows the runtime behind `ptr` for one call (see [`Handle::borrow`]
+    /// for the checks), counted so that a destroy on another thread waits for
+    /// it. Once a destroy has begun, fails with INVALID_ARGUMENT.
+    pub(crate) unsafe fn enter<'a>(ptr: *const ttpu_runtime_t, what: &str) -> torchtpu_core::Result<RuntimeCall<'a>> {
+        let r = Self::borrow(ptr, what)?;
+        // The count and the flag share one atomic, so a destroy either sees
+        // this call counted or this call sees the flag.
+        if r.calls.fetch_add(1, Ordering::Acquire) & CLOSING != 0 {
+            r.calls.fetch_sub(1, Ordering::Release);
+            return Err(Error::InvalidArgument(format!(
+                "{what}: ttpu_runtime_t is being destroyed (ttpu_runtime_destroy was called)"
+            )));
+        }
+        Ok(RuntimeCall { r })
+    }
+
+    /// Marks the handle closing and waits until no call is in progress on
+    /// it, saying so every 10 s.
+    fn wait_for_calls(&self) {
+        let mut left = self.calls.fetch_or(CLOSING, Ordering::AcqRel) & !CLOSING;
+        let start = std::time::Instant::now();
+        let mut said = start;
+        let mut pause = std::time::Duration::from_micros(10);
+        while left != 0 {
+            if said.elapsed() >= std::time::Duration::from_secs(10) {
+                tracing::warn!(
+                    "ttpu_runtime_destroy: waiting {:.0} s for {left} call(s) in progress on this runtime",
+                    start.elapsed().as_secs_f64()
+                );
+                said = std::time::Instant::now();
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
+            left = self.calls.load(Ordering::Acquire) & !CLOSING;
+        }
+    }
+}
 
 /// A device of a runtime. Borrowed from the runtime: valid while it lives.
 pub struct ttpu_device_t {
@@ -117,6 +185,7 @@ pub unsafe extern "C" fn ttpu_runtime_create(
             .collect();
         let h = ttpu_runtime_t {
             magic: ttpu_runtime_t::MAGIC,
+            calls: AtomicU64::new(0),
             platform_name: cstring(rt.platform_name()),
             platform_version: cstring(rt.platform_version()),
             plugin_path: cstring(&rt.plugin_path().to_string_lossy()),
@@ -139,24 +208,42 @@ pub(crate) fn init_logging() {
     });
 }
 
-/// Frees a runtime. Tensors created from it stay valid (they hold their
-/// device memory) but can no longer be used in calls. NULL is a no-op. Use
-/// after destroy is detected: the handle is marked destroyed and kept in a
-/// quarantine of the 65536 most recently destroyed handles (of all kinds), so
-/// while it is there any use of it fails with INVALID_ARGUMENT
+/// Frees a runtime. First it waits for the calls in progress on it (on
+/// other threads), and calls that begin meanwhile fail with INVALID_ARGUMENT;
+/// then it flushes the pending graphs, waits for the work launched on it
+/// (an error of that work is logged, as there is no caller left to report
+/// it to), and stops its streams' workers. Its children stay valid handles:
+/// tensors keep their device memory until they are destroyed (their getters
+/// still work, but every call that would use them names a runtime, which
+/// is gone), a stream's synchronize, query, record and wait fail with
+/// FAILED_PRECONDITION, and events and generators can still be read and
+/// destroyed. NULL is a no-op. Do not call it from inside a call on the same
+/// runtime (a key-value store callback): it would wait for itself.
+///
+/// Use after destroy is detected: the handle is marked destroyed and kept in
+/// a quarantine of the 65536 most recently destroyed handles (of all kinds),
+/// so while it is there any use of it fails with INVALID_ARGUMENT
 /// ("ttpu_runtime_t was already destroyed") and destroying it again is a
 /// no-op. Beyond that bound a use of the pointer is undefined behaviour. The
 /// runtime's `ttpu_device_t` pointers are freed with it and are not checked.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_destroy(runtime: *mut ttpu_runtime_t) {
-    crate::ffi::no_panic((), || ttpu_runtime_t::destroy(runtime));
+    crate::ffi::no_panic((), || {
+        // NULL, a destroyed handle and a foreign pointer are no-ops.
+        let Ok(r) = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_destroy") else { return };
+        r.wait_for_calls();
+        if let Err(e) = r.rt.close() {
+            tracing::warn!("ttpu_runtime_destroy: work launched before the destroy failed: {e}");
+        }
+        ttpu_runtime_t::destroy(runtime);
+    });
 }
 
 /// The PJRT platform name ("cpu", "tpu", "cuda"). Borrowed: valid while the
 /// runtime lives. NULL if `runtime` is invalid.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_platform_name(runtime: *const ttpu_runtime_t) -> *const c_char {
-    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_platform_name").map_or(std::ptr::null(), |r| r.platform_name.as_ptr())
+    ttpu_runtime_t::enter(runtime, "ttpu_runtime_platform_name").map_or(std::ptr::null(), |r| r.platform_name.as_ptr())
 }
 
 /// The path of the PJRT plugin the runtime loaded. Borrowed: valid while the
@@ -168,7 +255,7 @@ pub unsafe extern "C" fn ttpu_runtime_platform_name(runtime: *const ttpu_runtime
 /// from the build.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_plugin_path(runtime: *const ttpu_runtime_t) -> *const c_char {
-    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_plugin_path").map_or(std::ptr::null(), |r| r.plugin_path.as_ptr())
+    ttpu_runtime_t::enter(runtime, "ttpu_runtime_plugin_path").map_or(std::ptr::null(), |r| r.plugin_path.as_ptr())
 }
 
 /// Why that plugin was chosen ("explicit path", "$TORCHTPU_PJRT_PLUGIN",
@@ -177,13 +264,13 @@ pub unsafe extern "C" fn ttpu_runtime_plugin_path(runtime: *const ttpu_runtime_t
 /// `runtime` is invalid.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_plugin_source(runtime: *const ttpu_runtime_t) -> *const c_char {
-    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_plugin_source").map_or(std::ptr::null(), |r| r.plugin_source.as_ptr())
+    ttpu_runtime_t::enter(runtime, "ttpu_runtime_plugin_source").map_or(std::ptr::null(), |r| r.plugin_source.as_ptr())
 }
 
 /// The PJRT platform version. Borrowed: valid while the runtime lives.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_platform_version(runtime: *const ttpu_runtime_t) -> *const c_char {
-    ttpu_runtime_t::borrow(runtime, "ttpu_runtime_platform_version")
+    ttpu_runtime_t::enter(runtime, "ttpu_runtime_platform_version")
         .map_or(std::ptr::null(), |r| r.platform_version.as_ptr())
 }
 
@@ -194,7 +281,7 @@ pub unsafe extern "C" fn ttpu_runtime_device_count(
     out_count: *mut usize,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_device_count")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_device_count")?;
         write_out(out_count, "ttpu_runtime_device_count", r.devices.len())
     })
 }
@@ -204,7 +291,7 @@ pub unsafe extern "C" fn ttpu_runtime_device_count(
 /// sees only its own process. 0 for a bad runtime.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_global_device_count(runtime: *const ttpu_runtime_t) -> usize {
-    crate::ffi::no_panic(0, || ttpu_runtime_t::borrow(runtime, "ttpu_runtime_global_device_count").map_or(0, |r| r.rt.global_device_count()))
+    crate::ffi::no_panic(0, || ttpu_runtime_t::enter(runtime, "ttpu_runtime_global_device_count").map_or(0, |r| r.rt.global_device_count()))
 }
 
 /// Writes device `index` to `*out_device`. The device is borrowed from the
@@ -216,7 +303,7 @@ pub unsafe extern "C" fn ttpu_runtime_device(
     out_device: *mut *const ttpu_device_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_device")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_device")?;
         let i = r.rt.device(index)?;
         write_out(out_device, "ttpu_runtime_device", &r.devices[i] as *const _)
     })
@@ -261,7 +348,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory(
     out_peak_bytes: *mut i64,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_memory")?;
         crate::ffi::check_out(out_peak_bytes, "ttpu_runtime_memory")?;
         let (live, peak) = r.rt.memory(r.rt.device(index)?)?;
         write_out(out_live_bytes, "ttpu_runtime_memory", live)?;
@@ -274,7 +361,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory(
 /// index check found (`TTPU_CODE_OUT_OF_RANGE`).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_synchronize(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
-    ffi_boundary!({ ttpu_runtime_t::borrow(runtime, "ttpu_runtime_synchronize")?.rt.synchronize() })
+    ffi_boundary!({ ttpu_runtime_t::enter(runtime, "ttpu_runtime_synchronize")?.rt.synchronize() })
 }
 
 /// Shuts `runtime` down before the process exits, so that none of its
@@ -300,7 +387,7 @@ pub unsafe extern "C" fn ttpu_runtime_synchronize(runtime: *const ttpu_runtime_t
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_shutdown(runtime: *const ttpu_runtime_t, timeout_ms: i64) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_shutdown")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_shutdown")?;
         let timeout = u64::try_from(timeout_ms).ok().map(std::time::Duration::from_millis);
         r.rt.shutdown(timeout)
     })
@@ -319,7 +406,7 @@ pub unsafe extern "C" fn ttpu_runtime_shutdown(runtime: *const ttpu_runtime_t, t
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_set_index_checks(runtime: *const ttpu_runtime_t, enabled: bool) -> *mut ttpu_error_t {
     ffi_boundary!({
-        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_index_checks")?.rt.set_index_checks(enabled);
+        ttpu_runtime_t::enter(runtime, "ttpu_runtime_set_index_checks")?.rt.set_index_checks(enabled);
         Ok(())
     })
 }
@@ -328,7 +415,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_index_checks(runtime: *const ttpu_runt
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_index_checks(runtime: *const ttpu_runtime_t, out_enabled: *mut bool) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_index_checks")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_index_checks")?;
         write_out(out_enabled, "ttpu_runtime_index_checks", r.rt.index_checks())
     })
 }
@@ -338,7 +425,7 @@ pub unsafe extern "C" fn ttpu_runtime_index_checks(runtime: *const ttpu_runtime_
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_manual_seed(runtime: *const ttpu_runtime_t, seed: u64) -> *mut ttpu_error_t {
     ffi_boundary!({
-        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_manual_seed")?.rt.manual_seed(seed);
+        ttpu_runtime_t::enter(runtime, "ttpu_runtime_manual_seed")?.rt.manual_seed(seed);
         Ok(())
     })
 }
@@ -353,7 +440,7 @@ pub unsafe extern "C" fn ttpu_runtime_rng_state(
     out_calls: *mut u64,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_rng_state")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_rng_state")?;
         crate::ffi::check_out(out_calls, "ttpu_runtime_rng_state")?;
         let (seed, calls) = r.rt.rng_state(r.rt.device(index)?)?;
         write_out(out_seed, "ttpu_runtime_rng_state", seed)?;
@@ -371,7 +458,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_rng_state(
     calls: u64,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_set_rng_state")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_set_rng_state")?;
         r.rt.set_rng_state(r.rt.device(index)?, seed, calls)
     })
 }
@@ -381,7 +468,7 @@ pub unsafe extern "C" fn ttpu_runtime_set_rng_state(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_reset_peak_memory(runtime: *const ttpu_runtime_t, index: i64) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_reset_peak_memory")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_reset_peak_memory")?;
         r.rt.reset_peak_memory(r.rt.device(index)?)
     })
 }
@@ -425,7 +512,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_stats(
     out_stats: *mut ttpu_memory_stats_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_stats")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_memory_stats")?;
         let size = out_struct_size(out_stats, "ttpu_runtime_memory_stats")?;
         let s = r.rt.memory_stats(r.rt.device(index)?)?;
         crate::ffi::write_fitting(out_stats, ttpu_memory_stats_t {
@@ -452,7 +539,7 @@ pub unsafe extern "C" fn ttpu_runtime_reset_accumulated_memory(
     index: i64,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_reset_accumulated_memory")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_reset_accumulated_memory")?;
         r.rt.reset_accumulated_memory(r.rt.device(index)?)
     })
 }
@@ -497,7 +584,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_info(
     out_info: *mut ttpu_memory_info_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_memory_info")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_memory_info")?;
         let size = out_struct_size(out_info, "ttpu_runtime_memory_info")?;
         let m = r.rt.memory_info(r.rt.device(index)?)?;
         let source = match m.source {
@@ -513,7 +600,7 @@ pub unsafe extern "C" fn ttpu_runtime_memory_info(
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_runtime_clear_cache(runtime: *const ttpu_runtime_t) -> *mut ttpu_error_t {
     ffi_boundary!({
-        ttpu_runtime_t::borrow(runtime, "ttpu_runtime_clear_cache")?.rt.clear_cache()
+        ttpu_runtime_t::enter(runtime, "ttpu_runtime_clear_cache")?.rt.clear_cache()
     })
 }
 
@@ -545,7 +632,7 @@ pub unsafe extern "C" fn ttpu_runtime_stats(
     out_stats: *mut ttpu_stats_t,
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
-        let r = ttpu_runtime_t::borrow(runtime, "ttpu_runtime_stats")?;
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_stats")?;
         let size = out_struct_size(out_stats, "ttpu_runtime_stats")?;
         let s = r.rt.stats();
         let v = ttpu_stats_t {
@@ -610,3 +697,63 @@ pub extern "C" fn ttpu_current_mode() -> i32 {
     runtime::current_mode() as i32
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{ttpu_error_code, ttpu_error_destroy, ttpu_error_message};
+    use std::ffi::CStr;
+    use std::ptr::{null, null_mut};
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    unsafe fn message(e: *mut ttpu_error_t) -> (i32, String) {
+        assert!(!e.is_null(), "expected an error");
+        let r = (ttpu_error_code(e) as i32, CStr::from_ptr(ttpu_error_message(e)).to_string_lossy().into_owned());
+        ttpu_error_destroy(e);
+        r
+    }
+
+    /// The handle's pointer, movable to another thread.
+    #[derive(Clone, Copy)]
+    struct Ptr(*mut ttpu_runtime_t);
+    unsafe impl Send for Ptr {}
+
+    /// A destroy waits for a call in progress (held open here as the gate a
+    /// call holds), refuses calls that start meanwhile, and finishes once
+    /// the call ends.
+    #[test]
+    fn destroy_waits_for_the_calls_in_progress() {
+        unsafe {
+            let mut rt = null_mut();
+            assert!(ttpu_runtime_create(null(), &mut rt).is_null());
+            let p = Ptr(rt);
+            let call = ttpu_runtime_t::enter(rt, "test").unwrap();
+            let destroyed = Arc::new(AtomicBool::new(false));
+            let destroyer = std::thread::spawn({
+                let destroyed = destroyed.clone();
+                move || {
+                    let p = p;
+                    ttpu_runtime_destroy(p.0);
+                    destroyed.store(true, Ordering::SeqCst);
+                }
+            });
+            // The destroy has begun (the flag is set) but waits for the call.
+            while (*rt).calls.load(Ordering::SeqCst) & CLOSING == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(!destroyed.load(Ordering::SeqCst), "the destroy returned while a call was in progress");
+            // The call in progress still works; a new one is refused.
+            assert!(call.rt.device_count() > 0);
+            let (code, msg) = message(ttpu_runtime_synchronize(rt));
+            assert!(code == 3 && msg.contains("being destroyed"), "{msg}");
+            drop(call);
+            destroyer.join().unwrap();
+            assert!(destroyed.load(Ordering::SeqCst));
+            let (code, msg) = message(ttpu_runtime_synchronize(rt));
+            assert!(code == 3 && msg.contains("already destroyed"), "{msg}");
+            ttpu_runtime_destroy(rt); // a no-op
+        }
+    }
+}

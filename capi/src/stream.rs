@@ -9,6 +9,10 @@
 //! Errors from asynchronous work on a stream arrive at the next
 //! `ttpu_stream_synchronize` (once), and on every event recorded after the
 //! work that failed (`ttpu_event_synchronize`).
+//!
+//! Once the stream's runtime is shut down or destroyed, the stream's
+//! synchronize, query, wait and the recording of an event on it fail with
+//! FAILED_PRECONDITION; the handle is still destroyed as usual.
 
 use torchtpu_core::runtime::{Stream, StreamEvent};
 use torchtpu_core::Error;
@@ -51,7 +55,7 @@ pub unsafe extern "C" fn ttpu_stream_create(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_stream_create";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         check_out(out_stream, what)?;
         let d = r.rt.device(device)?;
         write_out(out_stream, what, ttpu_stream_t::new(r.rt.streams().create(d)))
@@ -70,7 +74,7 @@ pub unsafe extern "C" fn ttpu_stream_default(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_stream_default";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         check_out(out_stream, what)?;
         let d = r.rt.device(device)?;
         write_out(out_stream, what, ttpu_stream_t::new(r.rt.streams().default_stream(d)))
@@ -89,7 +93,7 @@ pub unsafe extern "C" fn ttpu_stream_current(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_stream_current";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         check_out(out_stream, what)?;
         let d = r.rt.device(device)?;
         write_out(out_stream, what, ttpu_stream_t::new(r.rt.streams().current(d)))
@@ -145,6 +149,7 @@ pub unsafe extern "C" fn ttpu_stream_synchronize(stream: *const ttpu_stream_t) -
 pub unsafe extern "C" fn ttpu_stream_query(stream: *const ttpu_stream_t, out_idle: *mut bool) -> *mut ttpu_error_t {
     ffi_boundary!({
         let h = ttpu_stream_t::borrow(stream, "ttpu_stream_query")?;
+        h.s.check_running()?;
         write_out(out_idle, "ttpu_stream_query", h.s.query())
     })
 }
@@ -161,6 +166,7 @@ pub unsafe extern "C" fn ttpu_stream_wait_event(
         let what = "ttpu_stream_wait_event";
         let h = ttpu_stream_t::borrow(stream, what)?;
         let e = ttpu_event_t::borrow(event, what)?;
+        h.s.check_running()?;
         h.s.wait_event(&e.e);
         Ok(())
     })
@@ -178,7 +184,7 @@ pub unsafe extern "C" fn ttpu_stream_set_current(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_stream_set_current";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         if stream.is_null() {
             return r.rt.streams().set_current(None);
         }
@@ -228,6 +234,7 @@ pub unsafe extern "C" fn ttpu_event_record(event: *const ttpu_event_t, stream: *
         let what = "ttpu_event_record";
         let e = ttpu_event_t::borrow(event, what)?;
         let s = ttpu_stream_t::borrow(stream, what)?;
+        s.s.check_running()?;
         e.e.record(&s.s);
         Ok(())
     })

@@ -67,7 +67,7 @@ pub unsafe extern "C" fn ttpu_tensor_from_host(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_tensor_from_host";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         check_out(out_tensor, what)?;
         let dtype = dtype_arg(dtype, what)?;
         let sizes = slice_arg(sizes, ndim, what)?;
@@ -92,7 +92,7 @@ pub unsafe extern "C" fn ttpu_tensor_to_host(
 ) -> *mut ttpu_error_t {
     ffi_boundary!({
         let what = "ttpu_tensor_to_host";
-        let r = ttpu_runtime_t::borrow(runtime, what)?;
+        let r = ttpu_runtime_t::enter(runtime, what)?;
         let t = &ttpu_tensor_t::borrow(tensor, what)?.t;
         if nbytes == 0 {
             return r.rt.tensor_to_host_into(t, &mut []);

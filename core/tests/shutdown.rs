@@ -111,3 +111,38 @@ fn shutdown_gives_up_at_its_deadline_and_leaves_the_runtime_running() {
     assert!(rt.is_shut_down());
     assert!(s.synchronize().is_err());
 }
+
+/// `close` (what the C ABI's destroy does before letting go) runs the
+/// pending work, stops the streams so that one outliving the runtime fails
+/// cleanly, and leaves nothing that keeps the runtime alive: dropping the
+/// last handle frees it, and its tensors can still be dropped after.
+#[test]
+fn close_stops_streams_and_the_last_handle_frees_the_runtime() {
+    let _serial = SERIAL.lock();
+    let rt = rt();
+    let w = f32s(&rt, &[1.0, 2.0, 3.0], &[3]);
+    let stream = rt.streams().create(0);
+    set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
+    let pending = rt.call1("aten::mul.Tensor", &[(&w).into(), (&w).into()]).unwrap();
+    set_thread_mode(None).unwrap();
+    assert_eq!(rt.pending_ops(0), 1);
+    assert!(stream.check_running().is_ok());
+
+    rt.close().unwrap();
+    assert_eq!(rt.pending_ops(0), 0, "close flushes the pending graph");
+    assert_eq!(host_f32(&rt, &pending), vec![1.0, 4.0, 9.0], "the flushed work ran");
+    let e = stream.check_running().expect_err("a closed runtime's stream runs nothing");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.to_string().contains("destroyed"), "{e}");
+    assert_eq!(stream.synchronize().expect_err("stopped").code(), Code::FailedPrecondition);
+    rt.close().unwrap(); // idempotent
+
+    let weak = std::sync::Arc::downgrade(&rt);
+    drop(rt);
+    assert!(weak.upgrade().is_none(), "nothing but its handle keeps a runtime alive");
+    // The tensors hold the client, so dropping them after the runtime frees
+    // their device memory without touching the runtime.
+    drop(pending);
+    drop(w);
+    drop(stream);
+}

@@ -46,7 +46,7 @@ fi
 failed=()
 for t in "${tests[@]}"; do
     "$CC" -std=c11 -Wall -Wextra -Werror -g -fsanitize=address,undefined -fno-omit-frame-pointer \
-        -Iinclude "tests/c/$t.c" -o "$out/$t" -L"$libdir" -ltorchtpu -lm -Wl,-rpath,"$libdir"
+        -Iinclude "tests/c/$t.c" -o "$out/$t" -L"$libdir" -ltorchtpu -lm -pthread -Wl,-rpath,"$libdir"
     # test_plugin finds the example plugins where a user drops plugins.
     plugins=""
     [ "$t" = test_plugin ] && plugins=$PWD/target/plugins

@@ -495,6 +495,26 @@ impl Runtime {
         synced
     }
 
+    /// Finishes the runtime's work when its owner lets go of it (the C ABI's
+    /// `ttpu_runtime_destroy`, after the calls in progress returned):
+    /// flushes the pending graphs, waits for the launched work, then stops
+    /// every stream's worker, so that a stream that outlives its runtime
+    /// fails cleanly (FAILED_PRECONDITION) instead of running work nobody
+    /// can read back. Unlike [`Runtime::shutdown`] it keeps the PJRT client
+    /// alive while tensors hold its buffers, so dropping them still frees
+    /// device memory. Returns the first error of the work waited for.
+    /// Idempotent, and a no-op after a shutdown.
+    pub fn close(self: &Arc<Self>) -> Result<()> {
+        if self.streams.is_shut_down() {
+            return Ok(());
+        }
+        let synced = self.synchronize();
+        // No deadline: the work was launched, and a program always ends.
+        let far = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
+        self.streams.shutdown(far);
+        synced
+    }
+
     /// Whether [`Runtime::shutdown`] destroyed the PJRT client.
     pub fn is_shut_down(&self) -> bool {
         self.client.is_closed()

@@ -88,6 +88,9 @@ struct State {
     tracked: Vec<(Arc<str>, Event)>,
     /// The first error since the last synchronize.
     error: Option<Error>,
+    /// Set once the worker was asked to stop (a shutdown or destroy of the
+    /// runtime), or for a stream made without one: nothing sent runs.
+    stopped: bool,
 }
 
 impl Shared {
@@ -350,6 +353,7 @@ impl Stream {
             id,
             state: Mutex::new(State::default()),
         });
+        shared.state.lock().stopped = true;
         Stream { inner: Arc::new(Inner { shared, tx: None, worker: Mutex::new(None) }) }
     }
 
@@ -375,7 +379,7 @@ impl Stream {
             None => Some(msg),
         };
         let Some(msg) = unsent else { return };
-        let err = Error::FailedPrecondition(format!("{self:?}: the runtime was shut down, so the stream runs no more work"));
+        let err = self.stopped_error();
         self.inner.shared.state.lock().finished += 1;
         match msg {
             Msg::Record { point, .. } => point.complete(Some(err)),
@@ -389,9 +393,24 @@ impl Stream {
         }
     }
 
+    fn stopped_error(&self) -> Error {
+        Error::FailedPrecondition(format!("{self:?}: its runtime was shut down or destroyed, so the stream runs no more work"))
+    }
+
+    /// Fails with FAILED_PRECONDITION once the stream's runtime was shut
+    /// down or destroyed: for the calls that would otherwise quietly do
+    /// nothing (query, record, wait), as synchronize and submitted work fail.
+    pub fn check_running(&self) -> Result<()> {
+        if self.inner.shared.state.lock().stopped {
+            return Err(self.stopped_error());
+        }
+        Ok(())
+    }
+
     /// Asks the worker to exit after the work queued so far (see
     /// [`Stream::join_stopped`]).
     fn request_stop(&self) -> Arc<Point> {
+        self.inner.shared.state.lock().stopped = true;
         let done = Point::new(self.inner.shared.key);
         self.send(Msg::Stop { done: done.clone() });
         done
