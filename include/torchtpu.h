@@ -6,6 +6,58 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+/*
+ * Conventions of the torchtpu C ABI.
+ *
+ * Names: functions are ttpu_<object>_<verb>; a getter is
+ * ttpu_<object>_<attribute> and a setter ttpu_<object>_set_<attribute>.
+ * Older names that broke the pattern stay, marked deprecated, until the
+ * next major version.
+ *
+ * Errors: a fallible call returns a ttpu_error_t*, NULL on success. The
+ * caller owns a returned error and frees it with ttpu_error_destroy.
+ * Outputs (out_* arguments) are written only on success. No panic and no
+ * C++ exception crosses the ABI: a bug in the library becomes an INTERNAL
+ * error, an exception thrown by the PJRT plugin an error naming the PJRT
+ * entry point.
+ *
+ * Ownership: arguments are borrowed for the call. Every handle a call
+ * returns (runtime, tensor, stream, event, generator, error) is owned by
+ * the caller and freed with its _destroy. A TENSOR result of ttpu_op_call
+ * owns its handle (ttpu_value_take_tensor hands it over typed), and so
+ * does ttpu_result_t.tensor. A returned const char* is borrowed, valid for
+ * as long as the function's documentation says (usually: while the object
+ * lives).
+ *
+ * Threads: every function may be called from any thread, and every handle
+ * may be used by several threads at once (a runtime shared by 8 threads in
+ * mixed modes is tested). The execution mode has a process-wide value and
+ * a per-thread override (ttpu_thread_set_mode). Do not destroy a tensor,
+ * stream, event or generator while another thread still uses it. A runtime
+ * is the exception: ttpu_runtime_destroy waits for the calls in progress
+ * on it, and calls that begin meanwhile fail with INVALID_ARGUMENT.
+ *
+ * Lifetimes: a runtime's children may outlive it. Tensors keep their
+ * device memory until destroyed; a stream of a destroyed (or shut down)
+ * runtime fails with FAILED_PRECONDITION; events and generators can still
+ * be read and destroyed. A use after destroy is detected while the handle
+ * is among the 65536 most recently destroyed (INVALID_ARGUMENT "... was
+ * already destroyed"), and a second destroy is then a no-op. Handles of
+ * two runtimes never mix: a call refuses another runtime's tensor or
+ * stream with INVALID_ARGUMENT naming both.
+ *
+ * Structs: an input or output struct that begins with struct_size is
+ * versioned; set struct_size = sizeof(the struct) as you compiled it.
+ * Fields are only ever added at the end; the library accepts any size from
+ * the struct's first version up and writes only the fields that fit.
+ */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TTPU_DEPRECATED(note) __attribute__((deprecated(note)))
+#else
+#define TTPU_DEPRECATED(note)
+#endif
+
 
 // Number of flush reasons (the length of `ttpu_fusion_stats_t.flushes`).
 #define TTPU_FLUSH_REASON_COUNT 8
@@ -20,7 +72,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 6
+#define TTPU_API_MINOR 7
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -734,6 +786,36 @@ struct ttpu_error_t *ttpu_generator_set_state(const struct ttpu_generator_t *gen
 // The device index of the generator, or -1 if `generator` is invalid.
 int64_t ttpu_generator_device(const struct ttpu_generator_t *generator);
 
+// Sets the process-wide execution mode (a `ttpu_mode` value). Since API 1.7.
+struct ttpu_error_t *ttpu_process_set_mode(int32_t mode);
+
+// The process-wide execution mode. Since API 1.7.
+int32_t ttpu_process_mode(void);
+
+// Overrides the mode for the calling thread; -1 follows the process mode
+// again. Since API 1.7.
+struct ttpu_error_t *ttpu_thread_set_mode(int32_t mode);
+
+// The calling thread's own mode override, or -1 when it follows the
+// process mode (what `ttpu_thread_set_mode` restores a guard to).
+int32_t ttpu_thread_mode(void);
+
+// The mode in effect on the calling thread: its override, else the
+// process mode. Since API 1.7.
+int32_t ttpu_thread_effective_mode(void);
+
+// Deprecated alias of `ttpu_process_set_mode`.
+TTPU_DEPRECATED("use ttpu_process_set_mode") struct ttpu_error_t *ttpu_set_mode(int32_t mode);
+
+// Deprecated alias of `ttpu_process_mode`.
+TTPU_DEPRECATED("use ttpu_process_mode") int32_t ttpu_get_mode(void);
+
+// Deprecated alias of `ttpu_thread_set_mode`.
+TTPU_DEPRECATED("use ttpu_thread_set_mode") struct ttpu_error_t *ttpu_set_thread_mode(int32_t mode);
+
+// Deprecated alias of `ttpu_thread_effective_mode`.
+TTPU_DEPRECATED("use ttpu_thread_effective_mode") int32_t ttpu_current_mode(void);
+
 // Calls the op `name` (e.g. "aten::add.Tensor") with `args[0..nargs]`
 // (positional; trailing defaults may be left out). Arguments are borrowed
 // for the call.
@@ -752,6 +834,14 @@ struct ttpu_error_t *ttpu_op_call(const struct ttpu_runtime_t *runtime,
                                   struct ttpu_value_t *out_values,
                                   size_t capacity,
                                   size_t *out_count);
+
+// Takes the owned tensor out of a result value of `ttpu_op_call`: returns
+// the handle, typed (free it with `ttpu_tensor_destroy`), and sets `*value`
+// to NONE, so that the value is no longer an owner (`ptr` is a
+// `const void*` for every kind, but a TENSOR result owns its handle).
+// Returns NULL, leaving `*value` as it was, when `value` is NULL or does not
+// hold a live tensor handle. Since API 1.7.
+struct ttpu_tensor_t *ttpu_value_take_tensor(struct ttpu_value_t *value);
 
 // Whether an op named `name` is registered, or is an `out=` form the
 // runtime derives by name (see `ttpu_op_declare`).
@@ -1024,22 +1114,6 @@ struct ttpu_error_t *ttpu_runtime_clear_cache(const struct ttpu_runtime_t *runti
 // Fills `*out_stats` (whose `struct_size` the caller sets).
 struct ttpu_error_t *ttpu_runtime_stats(const struct ttpu_runtime_t *runtime,
                                         struct ttpu_stats_t *out_stats);
-
-// Sets the process-wide execution mode (a `ttpu_mode` value).
-struct ttpu_error_t *ttpu_set_mode(int32_t mode);
-
-// The process-wide execution mode.
-int32_t ttpu_get_mode(void);
-
-// Overrides the mode for the calling thread; -1 follows the process mode again.
-struct ttpu_error_t *ttpu_set_thread_mode(int32_t mode);
-
-// The calling thread's own mode override, or -1 when it follows the
-// process mode (what `ttpu_set_thread_mode` restores a guard to).
-int32_t ttpu_thread_mode(void);
-
-// The mode in effect on the calling thread.
-int32_t ttpu_current_mode(void);
 
 // Creates a new stream on device `device` of `runtime`. On success
 // `*out_stream` owns a handle; free it with `ttpu_stream_destroy`. The stream

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh machine: Debian build dependencies (libclang
-# for bindgen; clang's sanitizer runtime, cmake and valgrind for the C and C++
+# for bindgen; clang's sanitizer runtime, cmake, valgrind and pkg-config for the C and C++
 # tests), the Rust wasm target, the project-local .venv (PJRT CPU plugin,
 # torch, numpy, cffi, pytest, ninja, expecttest; transformers and torchvision
 # for the model parity tests), the pinned cbindgen, a
@@ -31,7 +31,7 @@ TORCHVISION_SPEC="torchvision==0.29.2"
 
 # --- Debian build dependencies ----------------------------------------------
 need_apt=()
-for pkg in libclang-dev clang libclang-rt-14-dev cmake valgrind; do
+for pkg in libclang-dev clang libclang-rt-14-dev cmake valgrind pkg-config; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

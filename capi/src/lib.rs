@@ -5,7 +5,8 @@
 //! Conventions (see STYLE.md): functions are `ttpu_<object>_<verb>`; the
 //! object comes first, then inputs, then `out_*` results, which are written
 //! only on success; a fallible call returns `ttpu_error_t*`, NULL on success.
-//! Areas: [`runtime`] (devices, modes, sync, stats), [`tensor`], [`op`],
+//! Areas: [`runtime`] (devices, sync, stats), [`mode`] (execution modes of
+//! the process and of threads), [`tensor`], [`op`],
 //! [`fusion`] (flushes, policies, the program cache, explanations).
 //! [`stream`] (streams and events), [`collective`] (collectives across
 //! devices), [`kv`] (the key-value store through which a client that spans
@@ -22,6 +23,7 @@ pub mod error;
 pub mod fusion;
 pub mod generator;
 pub mod kv;
+pub mod mode;
 pub mod op;
 pub mod plugin;
 pub mod runtime;

@@ -258,6 +258,25 @@ pub unsafe extern "C" fn ttpu_op_call(
     })
 }
 
+/// Takes the owned tensor out of a result value of `ttpu_op_call`: returns
+/// the handle, typed (free it with `ttpu_tensor_destroy`), and sets `*value`
+/// to NONE, so that the value is no longer an owner (`ptr` is a
+/// `const void*` for every kind, but a TENSOR result owns its handle).
+/// Returns NULL, leaving `*value` as it was, when `value` is NULL or does not
+/// hold a live tensor handle. Since API 1.7.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_value_take_tensor(value: *mut ttpu_value_t) -> *mut ttpu_tensor_t {
+    crate::ffi::no_panic(std::ptr::null_mut(), || {
+        let Some(v) = value.as_mut() else { return std::ptr::null_mut() };
+        let t = v.ptr as *mut ttpu_tensor_t;
+        if v.kind != ttpu_value_kind::Tensor as i32 || ttpu_tensor_t::borrow(t, "ttpu_value_take_tensor").is_err() {
+            return std::ptr::null_mut();
+        }
+        *v = none();
+        t
+    })
+}
+
 /// Whether an op named `name` is registered, or is an `out=` form the
 /// runtime derives by name (see `ttpu_op_declare`).
 #[no_mangle]

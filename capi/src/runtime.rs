@@ -5,7 +5,7 @@ use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use torchtpu_core::runtime::{self, ExecMode, MemorySource};
+use torchtpu_core::runtime::MemorySource;
 use torchtpu_core::{Error, Runtime, RuntimeOptions};
 
 use crate::error::ttpu_error_t;
@@ -649,54 +649,6 @@ pub unsafe extern "C" fn ttpu_runtime_stats(
         Ok(())
     })
 }
-
-/// Execution modes (names follow TorchTPU).
-#[repr(i32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ttpu_mode {
-    /// Strict eager: each op compiled once, cached, run asynchronously.
-    DeferNever = 0,
-    /// Debug: as strict, but waits for each op so errors surface at their op.
-    DeferNeverAndLaunchBlocking = 1,
-    /// Fused eager: ops recorded lazily, flushed as one program.
-    DeferAndFuse = 2,
-}
-
-fn mode_from(m: i32) -> torchtpu_core::Result<ExecMode> {
-    ExecMode::from_i32(m).ok_or_else(|| Error::InvalidArgument(format!("unknown execution mode {m} (valid: 0, 1, 2)")))
-}
-
-/// Sets the process-wide execution mode (a `ttpu_mode` value).
-#[no_mangle]
-pub extern "C" fn ttpu_set_mode(mode: i32) -> *mut ttpu_error_t {
-    ffi_boundary!({ runtime::set_global_mode(mode_from(mode)?) })
-}
-
-/// The process-wide execution mode.
-#[no_mangle]
-pub extern "C" fn ttpu_get_mode() -> i32 {
-    runtime::global_mode() as i32
-}
-
-/// Overrides the mode for the calling thread; -1 follows the process mode again.
-#[no_mangle]
-pub extern "C" fn ttpu_set_thread_mode(mode: i32) -> *mut ttpu_error_t {
-    ffi_boundary!({ runtime::set_thread_mode(if mode == -1 { None } else { Some(mode_from(mode)?) }) })
-}
-
-/// The calling thread's own mode override, or -1 when it follows the
-/// process mode (what `ttpu_set_thread_mode` restores a guard to).
-#[no_mangle]
-pub extern "C" fn ttpu_thread_mode() -> i32 {
-    runtime::thread_mode().map_or(-1, |m| m as i32)
-}
-
-/// The mode in effect on the calling thread.
-#[no_mangle]
-pub extern "C" fn ttpu_current_mode() -> i32 {
-    runtime::current_mode() as i32
-}
-
 
 #[cfg(test)]
 mod tests {

@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 use torchtpu::error::{ttpu_error_code, ttpu_error_destroy, ttpu_error_message, ttpu_error_t};
 use torchtpu::fusion::ttpu_runtime_flush;
 use torchtpu::generator::{ttpu_generator_create, ttpu_generator_destroy, ttpu_generator_t, ttpu_runtime_default_generator};
+use torchtpu::mode::ttpu_thread_set_mode;
 use torchtpu::op::{ttpu_op_call, ttpu_op_count, ttpu_op_name, ttpu_value_t};
 use torchtpu::runtime::{
-    ttpu_runtime_create, ttpu_runtime_destroy, ttpu_runtime_synchronize, ttpu_runtime_t, ttpu_set_thread_mode,
+    ttpu_runtime_create, ttpu_runtime_destroy, ttpu_runtime_synchronize, ttpu_runtime_t,
 };
 use torchtpu::tensor::{ttpu_tensor_destroy, ttpu_tensor_from_host, ttpu_tensor_t};
 use torchtpu_core::ops::{registry, ArgType};
@@ -349,7 +350,7 @@ fn fuzz_op_call() {
             n_calls += 1;
             if r.chance(2) {
                 let mode = *r.pick(&[-1, 0, 1, 2]);
-                assert!(ttpu_set_thread_mode(mode).is_null());
+                assert!(ttpu_thread_set_mode(mode).is_null());
             }
             if r.chance(3) && live.len() > 4 {
                 // Retire a tensor to the quarantine, make a fresh one.
@@ -402,7 +403,7 @@ fn fuzz_op_call() {
             }
         }
         beat.store(u64::MAX, Ordering::Relaxed);
-        assert!(ttpu_set_thread_mode(-1).is_null());
+        assert!(ttpu_thread_set_mode(-1).is_null());
         // Errors of asynchronous work surface here; they must be clean too.
         check(ttpu_runtime_flush(rt), "flush", &mut errors);
         check(ttpu_runtime_synchronize(rt), "synchronize", &mut errors);

@@ -277,9 +277,9 @@ int main(void) {
     ttpu_runtime_t *rt = test_runtime();
     const char *path = "tests/shared/alias_cases.txt";
     int strict = run_file(path, rt, "strict");
-    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK_OK(ttpu_process_set_mode(TTPU_MODE_DEFER_AND_FUSE));
     int fused = run_file(path, rt, "fused");
-    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_NEVER));
+    CHECK_OK(ttpu_process_set_mode(TTPU_MODE_DEFER_NEVER));
     CHECK(strict > 10 && strict == fused);
     ttpu_runtime_destroy(rt);
     printf("test_alias: %d cases in strict and fused mode passed\n", strict);

@@ -51,9 +51,9 @@ int main(void) {
     CHECK_OK(ttpu_op_lookup("aten::add_.Tensor", &add_));
 
     add_views(rt, add);
-    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK_OK(ttpu_process_set_mode(TTPU_MODE_DEFER_AND_FUSE));
     add_views(rt, add);
-    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_NEVER));
+    CHECK_OK(ttpu_process_set_mode(TTPU_MODE_DEFER_NEVER));
 
     /* A caller built against a later, larger ttpu_result_t: the runtime
      * writes each result's known fields at the caller's stride and leaves

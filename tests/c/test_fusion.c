@@ -44,8 +44,8 @@ int main(void) {
     CHECK(ttpu_flush_reason_name(-1) == NULL);
 
     /* Fused mode on this thread. */
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_AND_FUSE));
-    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_AND_FUSE);
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK(ttpu_thread_effective_mode() == TTPU_MODE_DEFER_AND_FUSE);
     const float x[4] = {1, 2, 3, 4};
     const int64_t s4[1] = {4};
     ttpu_tensor_t *tx = test_f32(rt, x, s4, 1);
@@ -123,8 +123,8 @@ int main(void) {
     ttpu_tensor_destroy(y);
 
     /* Back to the process mode; NULL runtimes. */
-    CHECK_OK(ttpu_set_thread_mode(-1));
-    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_NEVER);
+    CHECK_OK(ttpu_thread_set_mode(-1));
+    CHECK(ttpu_thread_effective_mode() == TTPU_MODE_DEFER_NEVER);
     CHECK_CODE(ttpu_runtime_flush(NULL), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_runtime_fusion_stats(NULL, &fs), TTPU_CODE_INVALID_ARGUMENT);
 

@@ -101,11 +101,11 @@ static void run(ttpu_runtime_t *rt) {
 int main(void) {
     ttpu_runtime_t *rt = test_runtime();
     /* The same body in strict and fused mode. */
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_NEVER));
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_NEVER));
     run(rt);
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_AND_FUSE));
     run(rt);
-    CHECK_OK(ttpu_set_thread_mode(-1));
+    CHECK_OK(ttpu_thread_set_mode(-1));
 
     /* Bad arguments: NULL runtime, bad device, NULL outputs, NULL and
      * wrong-type handles. Outputs are untouched on failure. */

@@ -48,7 +48,7 @@ int main(void) {
     /* Strict and fused: the call succeeds, the next read reports it. */
     const int modes[2] = {TTPU_MODE_DEFER_NEVER, TTPU_MODE_DEFER_AND_FUSE};
     for (int m = 0; m < 2; m++) {
-        CHECK_OK(ttpu_set_thread_mode(modes[m]));
+        CHECK_OK(ttpu_thread_set_mode(modes[m]));
         CHECK_OK(embed(rt, tw, tbad, &out));
         CHECK_CODE_MSG(ttpu_tensor_to_host(rt, out, host, sizeof host), TTPU_CODE_OUT_OF_RANGE,
                        "aten::embedding: index 3 is out of range for a weight of 3 rows (valid: 0 to 2)");
@@ -66,12 +66,12 @@ int main(void) {
     }
 
     /* Launch-blocking: the op call itself fails, with no result. */
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING));
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING));
     CHECK_CODE_MSG(embed(rt, tw, tbad, &out), TTPU_CODE_OUT_OF_RANGE, "aten::embedding: index 3");
     CHECK(out == NULL);
 
     /* Off: no error anywhere (the read clamps), and on again: reported. */
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_NEVER));
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_NEVER));
     CHECK_OK(ttpu_runtime_set_index_checks(rt, false));
     CHECK_OK(ttpu_runtime_index_checks(rt, &on));
     CHECK(!on);
@@ -84,7 +84,7 @@ int main(void) {
     CHECK_CODE(ttpu_tensor_to_host(rt, out, host, sizeof host), TTPU_CODE_OUT_OF_RANGE);
     ttpu_tensor_destroy(out);
 
-    CHECK_OK(ttpu_set_thread_mode(-1));
+    CHECK_OK(ttpu_thread_set_mode(-1));
     ttpu_tensor_destroy(tgood);
     ttpu_tensor_destroy(tbad);
     ttpu_tensor_destroy(tw);

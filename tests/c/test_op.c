@@ -20,8 +20,18 @@ int main(void) {
     CHECK_OK(ttpu_op_call(rt, "aten::add.Tensor", add, 3, out, 4, &n));
     CHECK(n == 1 && out[0].kind == TTPU_VALUE_KIND_TENSOR);
     const float want_add[4] = {21, 42, 63, 84};
-    CHECK_F32(rt, (const ttpu_tensor_t *)out[0].ptr, want_add, 4);
-    ttpu_tensor_destroy((ttpu_tensor_t *)out[0].ptr);
+    /* The owned handle, taken out typed: the value no longer owns it. */
+    ttpu_tensor_t *sum = ttpu_value_take_tensor(&out[0]);
+    CHECK(sum != NULL && out[0].kind == TTPU_VALUE_KIND_NONE && out[0].ptr == NULL);
+    CHECK(ttpu_value_take_tensor(&out[0]) == NULL);
+    CHECK_F32(rt, sum, want_add, 4);
+    ttpu_tensor_destroy(sum);
+    /* Nothing to take: NULL, a non-tensor value, a destroyed handle. */
+    CHECK(ttpu_value_take_tensor(NULL) == NULL);
+    ttpu_value_t not_tensor = {TTPU_VALUE_KIND_INT, 3, 0.0, NULL, 0};
+    CHECK(ttpu_value_take_tensor(&not_tensor) == NULL && not_tensor.kind == TTPU_VALUE_KIND_INT);
+    ttpu_value_t dead = test_tensor_arg(sum);
+    CHECK(ttpu_value_take_tensor(&dead) == NULL && dead.kind == TTPU_VALUE_KIND_TENSOR);
 
     /* matmul: [[1,2],[3,4]] @ [[10,20],[30,40]] = [[70,100],[150,220]]. */
     ttpu_value_t mm[2] = {test_tensor_arg(ta), test_tensor_arg(tb)};

@@ -101,7 +101,7 @@ int main(void) {
     rms_norm_ref(xs, ws, 2, 4, 1e-5, want);
     ttpu_tensor_t *x = test_f32(rt, xs, xsz, 2), *w = test_f32(rt, ws, wsz, 1);
     for (int mode = 0; mode < 3; mode++) {
-        CHECK_OK(ttpu_set_thread_mode(mode));
+        CHECK_OK(ttpu_thread_set_mode(mode));
         ttpu_tensor_t *y = rms_norm(rt, x, w, 1e-5);
         check_close(rt, y, want, 8);
         ttpu_tensor_destroy(y);
@@ -139,7 +139,7 @@ int main(void) {
     ttpu_tensor_destroy(y2);
     CHECK_CODE_MSG(ttpu_runtime_set_fusion_policy(rt, "nope::nothing"), TTPU_CODE_INVALID_ARGUMENT,
                    "byte_budget::byte_budget");
-    CHECK_OK(ttpu_set_thread_mode(0));
+    CHECK_OK(ttpu_thread_set_mode(0));
 
     /* Bad paths and files. */
     CHECK_CODE(ttpu_plugin_load(NULL), TTPU_CODE_INVALID_ARGUMENT);

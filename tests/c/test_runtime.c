@@ -86,21 +86,35 @@ int main(void) {
     CHECK(ttpu_device_index((const ttpu_device_t *)rt) == -1);
 
     /* Modes. */
-    int32_t old = ttpu_get_mode();
+    int32_t old = ttpu_process_mode();
     CHECK(old == TTPU_MODE_DEFER_NEVER);
-    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING));
-    CHECK(ttpu_get_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
-    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_AND_FUSE));
-    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_AND_FUSE);
-    CHECK(ttpu_get_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
-    CHECK_OK(ttpu_set_thread_mode(-1));
-    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
-    CHECK_CODE_MSG(ttpu_set_mode(7), TTPU_CODE_INVALID_ARGUMENT, "unknown execution mode");
-    CHECK_CODE(ttpu_set_mode(-1), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_OK(ttpu_process_set_mode(TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING));
+    CHECK(ttpu_process_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK(ttpu_thread_effective_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK(ttpu_thread_effective_mode() == TTPU_MODE_DEFER_AND_FUSE);
+    CHECK(ttpu_process_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK_OK(ttpu_thread_set_mode(-1));
+    CHECK(ttpu_thread_effective_mode() == TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+    CHECK_CODE_MSG(ttpu_process_set_mode(7), TTPU_CODE_INVALID_ARGUMENT, "unknown execution mode");
+    CHECK_CODE(ttpu_process_set_mode(-1), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_thread_set_mode(3), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK(ttpu_thread_mode() == -1);
+    CHECK_OK(ttpu_process_set_mode(old));
+    CHECK(ttpu_process_mode() == old);
+
+    /* The names before API 1.7 still work, as deprecated aliases. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    CHECK_OK(ttpu_set_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK(ttpu_get_mode() == TTPU_MODE_DEFER_AND_FUSE && ttpu_process_mode() == TTPU_MODE_DEFER_AND_FUSE);
+    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_NEVER));
+    CHECK(ttpu_current_mode() == TTPU_MODE_DEFER_NEVER && ttpu_thread_mode() == TTPU_MODE_DEFER_NEVER);
     CHECK_CODE(ttpu_set_thread_mode(3), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_OK(ttpu_set_thread_mode(-1));
     CHECK_OK(ttpu_set_mode(old));
-    CHECK(ttpu_get_mode() == old);
+#pragma GCC diagnostic pop
+    CHECK(ttpu_process_mode() == old);
 
     /* Stats: struct_size checked, fields filled. */
     ttpu_stats_t st;

@@ -20,10 +20,10 @@ int main(void) {
     size_t n = 0;
     CHECK_OK(ttpu_op_call(rt, "aten::mul.Tensor", args, 2, out, 1, &n));
     ttpu_tensor_t *sq = (ttpu_tensor_t *)out[0].ptr;
-    CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_AND_FUSE));
+    CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_AND_FUSE));
     CHECK_OK(ttpu_op_call(rt, "aten::add.Tensor", args, 2, out, 1, &n));
     ttpu_tensor_t *sum = (ttpu_tensor_t *)out[0].ptr;
-    CHECK_OK(ttpu_set_thread_mode(-1));
+    CHECK_OK(ttpu_thread_set_mode(-1));
 
     CHECK_OK(ttpu_runtime_shutdown(rt, 60000));
     /* Idempotent, whatever the timeout. */

@@ -60,8 +60,8 @@ static void *mixed_worker(void *arg) {
     worker_t *w = arg;
     static const int32_t modes[3] = {TTPU_MODE_DEFER_NEVER, TTPU_MODE_DEFER_AND_FUSE,
                                      TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING};
-    CHECK_OK(ttpu_set_thread_mode(modes[w->index % 3]));
-    CHECK(ttpu_current_mode() == modes[w->index % 3]);
+    CHECK_OK(ttpu_thread_set_mode(modes[w->index % 3]));
+    CHECK(ttpu_thread_effective_mode() == modes[w->index % 3]);
     const int64_t shape[1] = {N};
     for (int r = 0; r < ROUNDS; r++) {
         float a[N], b[N], got[N];
@@ -88,7 +88,7 @@ static void *mixed_worker(void *arg) {
         ttpu_tensor_destroy(tb);
         ttpu_tensor_destroy(ta);
     }
-    CHECK_OK(ttpu_set_thread_mode(-1));
+    CHECK_OK(ttpu_thread_set_mode(-1));
     return NULL;
 }
 
@@ -135,7 +135,7 @@ static void expect_refused(ttpu_error_t *e) {
 
 static void *busy_worker(void *arg) {
     busy_t *w = arg;
-    if (w->index % 2) CHECK_OK(ttpu_set_thread_mode(TTPU_MODE_DEFER_AND_FUSE));
+    if (w->index % 2) CHECK_OK(ttpu_thread_set_mode(TTPU_MODE_DEFER_AND_FUSE));
     for (;;) {
         ttpu_error_t *e = NULL;
         ttpu_tensor_t *y = binary(w->rt, "aten::mul.Tensor", w->a, w->b, &e);
@@ -158,7 +158,7 @@ static void *busy_worker(void *arg) {
     CHECK(ttpu_tensor_sizes(w->a)[0] == N);
     ttpu_tensor_destroy(w->a);
     ttpu_tensor_destroy(w->b);
-    CHECK_OK(ttpu_set_thread_mode(-1));
+    CHECK_OK(ttpu_thread_set_mode(-1));
     return NULL;
 }
 

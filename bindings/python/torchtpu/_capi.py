@@ -27,8 +27,10 @@ def _find_header() -> Path:
 
 def _cdef_source(text: str) -> str:
     """The header as cffi's cdef accepts it: no comments, no preprocessor
-    lines except integer #defines, and no C++-only blocks."""
+    lines except integer #defines, no C++-only blocks, and no deprecation
+    attributes (`TTPU_DEPRECATED("...")` before a declaration)."""
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r'TTPU_DEPRECATED\("[^"]*"\)\s*', "", text)
     out = []
     cplusplus_only = False
     for line in text.splitlines():

@@ -67,15 +67,15 @@ def version() -> str:
 
 
 def set_mode(mode: int) -> None:
-    check(lib.ttpu_set_mode(mode))
+    check(lib.ttpu_process_set_mode(mode))
 
 
 def get_mode() -> int:
-    return int(lib.ttpu_get_mode())
+    return int(lib.ttpu_process_mode())
 
 
 def set_thread_mode(mode: int | None) -> None:
-    check(lib.ttpu_set_thread_mode(-1 if mode is None else mode))
+    check(lib.ttpu_thread_set_mode(-1 if mode is None else mode))
 
 
 @contextlib.contextmanager

@@ -191,37 +191,31 @@ template <> struct dtype_of<Bool> { static constexpr DType value = DType::Bool; 
 // ------------------------------------------------------------------ modes
 
 /// Sets the process-wide execution mode.
-inline void set_mode(Mode m) { detail::check(ttpu_set_mode(static_cast<int32_t>(m))); }
+inline void set_mode(Mode m) { detail::check(ttpu_process_set_mode(static_cast<int32_t>(m))); }
 /// The process-wide execution mode.
-inline Mode get_mode() { return static_cast<Mode>(ttpu_get_mode()); }
+inline Mode get_mode() { return static_cast<Mode>(ttpu_process_mode()); }
 /// Overrides the mode for the calling thread.
-inline void set_thread_mode(Mode m) { detail::check(ttpu_set_thread_mode(static_cast<int32_t>(m))); }
+inline void set_thread_mode(Mode m) { detail::check(ttpu_thread_set_mode(static_cast<int32_t>(m))); }
 /// Drops the calling thread's override: it follows the process mode again.
-inline void clear_thread_mode() { detail::check(ttpu_set_thread_mode(-1)); }
+inline void clear_thread_mode() { detail::check(ttpu_thread_set_mode(-1)); }
 /// The mode in effect on the calling thread.
-inline Mode current_mode() { return static_cast<Mode>(ttpu_current_mode()); }
+inline Mode current_mode() { return static_cast<Mode>(ttpu_thread_effective_mode()); }
 
-/// Sets the calling thread's mode for the guard's scope, then restores it.
-///
-/// The C ABI reports the mode in effect (`ttpu_current_mode`) and the process
-/// mode (`ttpu_get_mode`), but not whether the thread has an override. The
-/// guard therefore restores as follows: if the mode in effect differed from
-/// the process mode, the thread had an override, which is restored exactly;
-/// if they were equal, the guard assumes no override and restores -1 (follow
-/// the process mode). In that second case a thread that had an override
-/// equal to the process mode loses the override; the mode in effect right
-/// after the guard is the same either way.
+/// Sets the calling thread's mode for the guard's scope, then restores the
+/// thread's own override exactly as it was (`ttpu_thread_mode`): a mode, or
+/// -1, so that a thread that followed the process mode follows it again,
+/// even if the process mode changed meanwhile.
 class ThreadModeGuard {
  public:
   explicit ThreadModeGuard(Mode m) {
     prev_ = ttpu_thread_mode();
-    detail::check(ttpu_set_thread_mode(static_cast<int32_t>(m)));
+    detail::check(ttpu_thread_set_mode(static_cast<int32_t>(m)));
   }
   ThreadModeGuard(const ThreadModeGuard&) = delete;
   ThreadModeGuard& operator=(const ThreadModeGuard&) = delete;
   ThreadModeGuard(ThreadModeGuard&&) = delete;
   ThreadModeGuard& operator=(ThreadModeGuard&&) = delete;
-  ~ThreadModeGuard() { ttpu_error_destroy(ttpu_set_thread_mode(prev_)); }
+  ~ThreadModeGuard() { ttpu_error_destroy(ttpu_thread_set_mode(prev_)); }
 
   /// What the destructor restores (a `ttpu_mode`, or -1 for no override).
   int32_t previous() const noexcept { return prev_; }
