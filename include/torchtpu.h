@@ -1170,7 +1170,8 @@ struct ttpu_error_t *ttpu_stream_query(const struct ttpu_stream_t *stream, bool 
 
 // Makes work submitted to `stream` after this call wait until `event`'s most
 // recent record has completed. The host does not block; an event never
-// recorded imposes nothing. `event` is borrowed for the call.
+// recorded imposes nothing. An event last recorded on another runtime's
+// stream is INVALID_ARGUMENT. `event` is borrowed for the call.
 struct ttpu_error_t *ttpu_stream_wait_event(const struct ttpu_stream_t *stream,
                                             const struct ttpu_event_t *event);
 
@@ -1214,7 +1215,8 @@ struct ttpu_error_t *ttpu_event_query(const struct ttpu_event_t *event, bool *ou
 // Writes the milliseconds between the completions of `start` and `end` to
 // `*out_ms` (host timestamps, like CUDA's `cudaEventElapsedTime`). Both must
 // have been recorded (else INVALID_ARGUMENT) and have completed (else
-// FAILED_PRECONDITION); this does not wait.
+// FAILED_PRECONDITION); this does not wait. Events last recorded on
+// streams of two runtimes are INVALID_ARGUMENT.
 struct ttpu_error_t *ttpu_event_elapsed_ms(const struct ttpu_event_t *start,
                                            const struct ttpu_event_t *end,
                                            double *out_ms);

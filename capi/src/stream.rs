@@ -156,7 +156,8 @@ pub unsafe extern "C" fn ttpu_stream_query(stream: *const ttpu_stream_t, out_idl
 
 /// Makes work submitted to `stream` after this call wait until `event`'s most
 /// recent record has completed. The host does not block; an event never
-/// recorded imposes nothing. `event` is borrowed for the call.
+/// recorded imposes nothing. An event last recorded on another runtime's
+/// stream is INVALID_ARGUMENT. `event` is borrowed for the call.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_stream_wait_event(
     stream: *const ttpu_stream_t,
@@ -167,8 +168,7 @@ pub unsafe extern "C" fn ttpu_stream_wait_event(
         let h = ttpu_stream_t::borrow(stream, what)?;
         let e = ttpu_event_t::borrow(event, what)?;
         h.s.check_running()?;
-        h.s.wait_event(&e.e);
-        Ok(())
+        h.s.wait_event(&e.e)
     })
 }
 
@@ -260,7 +260,8 @@ pub unsafe extern "C" fn ttpu_event_query(event: *const ttpu_event_t, out_done: 
 /// Writes the milliseconds between the completions of `start` and `end` to
 /// `*out_ms` (host timestamps, like CUDA's `cudaEventElapsedTime`). Both must
 /// have been recorded (else INVALID_ARGUMENT) and have completed (else
-/// FAILED_PRECONDITION); this does not wait.
+/// FAILED_PRECONDITION); this does not wait. Events last recorded on
+/// streams of two runtimes are INVALID_ARGUMENT.
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_event_elapsed_ms(
     start: *const ttpu_event_t,

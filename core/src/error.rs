@@ -82,9 +82,10 @@ pub enum Error {
 
     /// StableHLO that PJRT refused to compile. Carries the whole program so
     /// the failure can be reproduced outside the runtime; the message shows
-    /// an excerpt of a long one ([`program_excerpt`]).
-    #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{}", program_excerpt(program))]
-    Compile { what: String, message: String, program: String },
+    /// an excerpt of a long one ([`program_excerpt`]) and the file the whole
+    /// program was saved to (`saved`, see [`Error::compile`]).
+    #[error("compiling {what} failed: {message}\n--- StableHLO ---\n{}", program_excerpt(program, saved.as_deref()))]
+    Compile { what: String, message: String, program: String, saved: Option<std::path::PathBuf> },
 
     /// The key-value store a multi-process client rendezvouses through
     /// failed (a frontend's store: its code is kept).
@@ -213,6 +214,17 @@ impl Error {
         }
     }
 
+    /// A compile failure of `program`. A program too long to show whole is
+    /// saved to a file ([`save_failed_program`]) that the message names.
+    pub fn compile(what: impl Into<String>, message: impl Into<String>, program: &str) -> Error {
+        let saved = if program.lines().count() > EXCERPT_HEAD + EXCERPT_TAIL + 1 {
+            failed_programs_dir().and_then(|dir| save_failed_program(&dir, program))
+        } else {
+            None
+        };
+        Error::Compile { what: what.into(), message: message.into(), program: program.to_string(), saved }
+    }
+
     /// An argument error attributed to `op`.
     pub fn op(op: impl Into<String>, msg: impl Into<String>) -> Error {
         Error::Op { op: op.into(), msg: msg.into() }
@@ -294,23 +306,64 @@ macro_rules! bail_op {
     };
 }
 
-/// A long program's first and last lines, with how many were left out: an
-/// error message that pastes a 2,000-line fused graph hides its first line.
-/// The whole program stays in the error (and `TORCHTPU_LOG=trace` prints
-/// every lowered program).
-pub fn program_excerpt(program: &str) -> String {
-    const HEAD: usize = 40;
-    const TAIL: usize = 10;
+/// Lines of a long program an error shows before and after the cut.
+const EXCERPT_HEAD: usize = 40;
+const EXCERPT_TAIL: usize = 10;
+
+/// A long program's first and last lines, with how many were left out and
+/// where the whole program is (`saved`): an error message that pastes a
+/// 2,000-line fused graph hides its first line.
+pub fn program_excerpt(program: &str, saved: Option<&std::path::Path>) -> String {
     let lines: Vec<&str> = program.lines().collect();
-    if lines.len() <= HEAD + TAIL + 1 {
+    if lines.len() <= EXCERPT_HEAD + EXCERPT_TAIL + 1 {
         return program.to_string();
     }
+    let whole = match saved {
+        Some(path) => format!("the whole program is in {}", path.display()),
+        None => "TORCHTPU_LOG=trace prints whole programs".to_string(),
+    };
     format!(
-        "{}\n... ({} lines left out; TORCHTPU_LOG=trace prints whole programs)\n{}",
-        lines[..HEAD].join("\n"),
-        lines.len() - HEAD - TAIL,
-        lines[lines.len() - TAIL..].join("\n")
+        "{}\n... ({} lines left out; {whole})\n{}",
+        lines[..EXCERPT_HEAD].join("\n"),
+        lines.len() - EXCERPT_HEAD - EXCERPT_TAIL,
+        lines[lines.len() - EXCERPT_TAIL..].join("\n")
     )
+}
+
+/// Where programs that failed to compile are saved: `failed/` in the
+/// program cache's directory (`$TORCHTPU_CACHE_DIR`, by default
+/// `~/.cache/torchtpu`), else in the system's temporary directory.
+fn failed_programs_dir() -> Option<std::path::PathBuf> {
+    let base = crate::cache::CacheConfig::from_env().dir.unwrap_or_else(|| std::env::temp_dir().join("torchtpu"));
+    Some(base.join("failed"))
+}
+
+/// Writes `program` to `dir/<hash of the program>.mlir` (once: the same
+/// program keeps its file) and returns the path; None, logged, if the file
+/// cannot be written, as the error itself matters more than its attachment.
+pub fn save_failed_program(dir: &std::path::Path, program: &str) -> Option<std::path::PathBuf> {
+    use std::hash::{Hash, Hasher};
+    // DefaultHasher::new() has fixed keys: the name is stable across runs.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    program.hash(&mut h);
+    let path = dir.join(format!("{:016x}.mlir", h.finish()));
+    if path.is_file() {
+        return Some(path);
+    }
+    let written = std::fs::create_dir_all(dir).and_then(|()| {
+        // Written whole under a temporary name, then renamed: a reader never
+        // sees half a program.
+        let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), h.finish()));
+        std::fs::write(&tmp, program)?;
+        std::fs::rename(&tmp, &path)
+    });
+    match written {
+        Ok(()) => Some(path),
+        Err(e) => {
+            tracing::debug!("cannot save the failed program to {}: {e}", path.display());
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -318,15 +371,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_long_program_is_shown_as_an_excerpt() {
+    fn a_long_program_is_shown_as_an_excerpt_and_saved_whole() {
         let short: String = (0..51).map(|i| format!("line {i}\n")).collect();
-        assert_eq!(program_excerpt(&short), short);
+        assert_eq!(program_excerpt(&short, None), short);
         let long: String = (0..2000).map(|i| format!("line {i}")).collect::<Vec<_>>().join("\n");
-        let e = Error::Compile { what: "fused graph (900 ops)".into(), message: "bad".into(), program: long.clone() };
+        let dir = std::env::temp_dir().join(format!("ttpu-excerpt-test-{}", std::process::id()));
+        let saved = save_failed_program(&dir, &long).expect("saved");
+        assert_eq!(std::fs::read_to_string(&saved).unwrap(), long, "the file holds the whole program");
+        assert_eq!(save_failed_program(&dir, &long), Some(saved.clone()), "one file per program");
+        let e = Error::Compile { what: "fused graph (900 ops)".into(), message: "bad".into(), program: long.clone(), saved: Some(saved.clone()) };
         let text = e.to_string();
-        assert!(text.contains("line 0\n") && text.contains("line 39\n... (1950 lines left out;"), "{text}");
+        let cut = format!("line 39\n... (1950 lines left out; the whole program is in {})\n", saved.display());
+        assert!(text.contains("line 0\n") && text.contains(&cut), "{text}");
         assert!(text.ends_with("line 1999") && !text.contains("line 40\n") && !text.contains("line 1989\n"));
-        // The whole program stays in the error.
+        // The whole program also stays in the error.
         assert!(matches!(e, Error::Compile { program, .. } if program == long));
+        // Unsaved, the message says how to see it.
+        assert!(program_excerpt(&long, None).contains("TORCHTPU_LOG=trace prints whole programs"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

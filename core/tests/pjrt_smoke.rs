@@ -32,3 +32,27 @@ fn add_one() {
     outs[0].to_host(&mut out).unwrap();
     println!("mem {:?}", client.memory(1).live());
 }
+
+/// A long program PJRT refuses: the error shows its head and tail, saves
+/// the whole program to a file under the cache directory, and names it.
+#[test]
+fn a_long_failing_program_is_saved_and_named() {
+    let found = discovery::find_plugin(None).unwrap();
+    let client = Client::create(Api::load(&found.path).unwrap(), &[]).unwrap();
+    let mut body = String::new();
+    for i in 1..=80 {
+        body += &format!("    %{i} = stablehlo.add %{}, %arg0 : tensor<4xf32>\n", i - 1);
+    }
+    // The last line returns the wrong type: a verifier error.
+    let prog = format!(
+        "module @m {{\n  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xi32> {{\n    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n{body}    return %80 : tensor<4xf32>\n  }}\n}}"
+    );
+    let e = client.compile("long test program", &prog, &CompileOptions::Portable).err().expect("refused");
+    let torchtpu_core::Error::Compile { saved: Some(path), .. } = &e else { panic!("not a saved compile error: {e}") };
+    assert_eq!(std::fs::read_to_string(path).unwrap(), prog);
+    assert_eq!(path.parent().unwrap().file_name().unwrap(), "failed");
+    let text = e.to_string();
+    assert!(text.contains("compiling long test program failed"), "{text}");
+    assert!(text.contains(&format!("lines left out; the whole program is in {}", path.display())), "{text}");
+    assert!(!text.contains("%45 = "), "the middle is cut: {text}");
+}

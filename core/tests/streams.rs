@@ -90,7 +90,7 @@ fn a_stream_waiting_on_an_event_sees_the_other_streams_effect() {
     });
     let ev = StreamEvent::new();
     ev.record(&a);
-    b.wait_event(&ev);
+    b.wait_event(&ev).unwrap();
     let (w, o) = (written.clone(), observed.clone());
     b.submit("read", move || {
         *o.lock() = Some(w.load(Ordering::SeqCst));
@@ -137,7 +137,7 @@ fn a_consumer_stream_waits_on_events_of_several_producer_threads() {
     drop(ev_tx);
     let events: Vec<StreamEvent> = (0..4).map(|_| ev_rx.recv().unwrap()).collect();
     for e in &events {
-        consumer.wait_event(e);
+        consumer.wait_event(e).unwrap();
     }
     let sum = Arc::new(Mutex::new(None));
     let (slots2, sum2) = (slots.clone(), sum.clone());
@@ -232,7 +232,7 @@ fn query_reports_pending_work_and_unrecorded_events_are_complete() {
     let fresh = StreamEvent::new();
     assert!(fresh.query());
     fresh.synchronize().unwrap();
-    s.wait_event(&fresh); // imposes nothing
+    s.wait_event(&fresh).unwrap(); // imposes nothing
 
     let release = gate(&s);
     let ev = StreamEvent::new();
@@ -369,7 +369,7 @@ fn a_worker_whose_own_work_holds_the_last_handle_exits() {
 
 #[test]
 fn registry_defaults_created_streams_and_current_per_thread() {
-    let reg = Streams::new(2);
+    let reg = Streams::new(2, 0);
     let d0 = reg.default_stream(0);
     assert_eq!((d0.device(), d0.id()), (0, 0));
     assert_eq!(reg.default_stream(0), d0);
@@ -395,7 +395,7 @@ fn registry_defaults_created_streams_and_current_per_thread() {
 
 #[test]
 fn synchronize_all_waits_for_every_stream_and_reports_the_first_error() {
-    let reg = Streams::new(2);
+    let reg = Streams::new(2, 0);
     let created = reg.create(1);
     let ran = Arc::new(AtomicUsize::new(0));
     for s in [reg.default_stream(0), created.clone()] {

@@ -82,6 +82,28 @@ int main(void) {
         CHECK_CODE_MSG(ttpu_stream_set_current(rt, theirs), TTPU_CODE_INVALID_ARGUMENT, "belongs to another runtime");
         CHECK_OK(ttpu_stream_set_current(other, theirs));
         CHECK_OK(ttpu_stream_set_current(other, NULL));
+        /* An event knows the runtime of the stream it was recorded on: a
+         * stream of another runtime cannot wait on it, and two events of
+         * different runtimes are not timed against each other. */
+        ttpu_event_t *mine = NULL, *their_ev = NULL;
+        CHECK_OK(ttpu_event_create(&mine));
+        CHECK_OK(ttpu_event_create(&their_ev));
+        CHECK_OK(ttpu_event_record(mine, s));
+        CHECK_OK(ttpu_event_record(their_ev, theirs));
+        CHECK_OK(ttpu_event_synchronize(mine));
+        CHECK_OK(ttpu_event_synchronize(their_ev));
+        CHECK_CODE_MSG(ttpu_stream_wait_event(theirs, mine), TTPU_CODE_INVALID_ARGUMENT, "recorded on a stream of runtime #");
+        CHECK_CODE_MSG(ttpu_stream_wait_event(s, their_ev), TTPU_CODE_INVALID_ARGUMENT, "belongs to runtime #");
+        double ms = 0;
+        CHECK_CODE_MSG(ttpu_event_elapsed_ms(mine, their_ev, &ms), TTPU_CODE_INVALID_ARGUMENT, "the end event on one of runtime #");
+        /* Re-recorded on the right runtime, the same event is fine. */
+        CHECK_OK(ttpu_event_record(their_ev, s));
+        CHECK_OK(ttpu_event_synchronize(their_ev));
+        CHECK_OK(ttpu_stream_wait_event(s, their_ev));
+        CHECK_OK(ttpu_event_elapsed_ms(mine, their_ev, &ms));
+        CHECK(ms >= 0.0);
+        ttpu_event_destroy(mine);
+        ttpu_event_destroy(their_ev);
         ttpu_stream_destroy(theirs);
         ttpu_runtime_destroy(other);
     }

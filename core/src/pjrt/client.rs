@@ -361,7 +361,7 @@ impl Client {
         a.compile_options_size = opts.len();
         self.api.call("PJRT_Client_Compile", self.api.table().PJRT_Client_Compile, &mut a).map_err(|e| match e {
             Error::Pjrt { message, .. } => {
-                Error::Compile { what: what.to_string(), message, program: mlir.to_string() }
+                Error::compile(what, message, mlir)
             }
             other => other,
         })?;

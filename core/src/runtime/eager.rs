@@ -216,13 +216,13 @@ impl Runtime {
             GraphSummary { nodes: vec![node_summary(def, &args, &flat.tensors)], outputs: outputs.collect(), strict: true };
         let (exe, _) =
             self.cached_program(op, &text, &CompileOptions::Portable, &summary).map_err(|e| match (&def.plugin, e) {
-                (Some(plugin), Error::Compile { message, program, .. }) => Error::WasmPlugin {
+                (Some(plugin), Error::Compile { message, program, saved, .. }) => Error::WasmPlugin {
                     plugin: plugin.to_string(),
                     op: Some(op.to_string()),
                     kind: crate::error::PluginFailure::InvalidStableHlo,
                     message: format!(
                         "its fragment does not compile: {message}\n--- StableHLO ---\n{}",
-                        crate::error::program_excerpt(&program)
+                        crate::error::program_excerpt(&program, saved.as_deref())
                     ),
                 },
                 (_, e) => e,

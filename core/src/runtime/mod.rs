@@ -138,11 +138,12 @@ impl Runtime {
         let generators = (0..client.device_count()).map(|d| Generator::new(d, rng::DEFAULT_SEED)).collect();
         let recordings: Vec<Mutex<Recording>> = (0..client.device_count()).map(|d| Mutex::new(Recording::new(d as u64, d))).collect();
         let max_ops = std::env::var("TORCHTPU_FUSE_MAX_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MAX_OPS);
-        let streams = Streams::new(client.device_count());
         let cache_config = CacheConfig::from_env();
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let streams = Streams::new(client.device_count(), id);
         Ok(Arc::new(Runtime {
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id,
             client,
             plugin: found.path,
             plugin_source: found.source,

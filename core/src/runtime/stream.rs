@@ -76,6 +76,8 @@ struct Shared {
     key: u64,
     device: usize,
     id: u64,
+    /// The id of the runtime whose registry made the stream (0: none).
+    owner: u64,
     state: Mutex<State>,
 }
 
@@ -132,6 +134,8 @@ impl Shared {
 /// stream's pending error, once the work before it is done.
 struct Point {
     stream: u64,
+    /// The recording stream's runtime (its `Shared::owner`).
+    owner: u64,
     state: Mutex<PointState>,
     done: Condvar,
 }
@@ -143,8 +147,8 @@ struct PointState {
 }
 
 impl Point {
-    fn new(stream: u64) -> Arc<Point> {
-        Arc::new(Point { stream, state: Mutex::new(PointState::default()), done: Condvar::new() })
+    fn new(stream: u64, owner: u64) -> Arc<Point> {
+        Arc::new(Point { stream, owner, state: Mutex::new(PointState::default()), done: Condvar::new() })
     }
 
     fn complete(&self, error: Option<Error>) {
@@ -323,14 +327,21 @@ impl PartialEq for Stream {
 impl Eq for Stream {}
 
 impl Stream {
-    /// Spawns the worker, named `ttpu-stream-<device>-<id>`.
+    /// A stream of no runtime: spawns the worker, named
+    /// `ttpu-stream-<device>-<id>`.
     ///
     /// Panics if the OS refuses to create a thread.
     pub fn new(device: usize, id: u64) -> Stream {
+        Stream::spawn(device, id, 0)
+    }
+
+    /// A stream of runtime `owner` (see [`Streams`]), with its worker.
+    fn spawn(device: usize, id: u64, owner: u64) -> Stream {
         let shared = Arc::new(Shared {
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             device,
             id,
+            owner,
             state: Mutex::new(State::default()),
         });
         let (tx, rx) = unbounded();
@@ -346,11 +357,12 @@ impl Stream {
 
     /// A stream without a worker, for a registry that was shut down: work
     /// sent to it fails, and its synchronize reports that.
-    fn stopped(device: usize, id: u64) -> Stream {
+    fn stopped(device: usize, id: u64, owner: u64) -> Stream {
         let shared = Arc::new(Shared {
             key: NEXT_KEY.fetch_add(1, Ordering::Relaxed),
             device,
             id,
+            owner,
             state: Mutex::new(State::default()),
         });
         shared.state.lock().stopped = true;
@@ -363,6 +375,11 @@ impl Stream {
 
     pub fn id(&self) -> u64 {
         self.inner.shared.id
+    }
+
+    /// The id of the runtime the stream belongs to (0 for a stream of none).
+    pub fn owner(&self) -> u64 {
+        self.inner.shared.owner
     }
 
     /// Whether the calling thread is this stream's worker (inside its work).
@@ -411,7 +428,7 @@ impl Stream {
     /// [`Stream::join_stopped`]).
     fn request_stop(&self) -> Arc<Point> {
         self.inner.shared.state.lock().stopped = true;
-        let done = Point::new(self.inner.shared.key);
+        let done = Point::new(self.inner.shared.key, self.inner.shared.owner);
         self.send(Msg::Stop { done: done.clone() });
         done
     }
@@ -461,14 +478,24 @@ impl Stream {
 
     /// Makes later work on this stream wait until `event` has completed (its
     /// most recent record as of this call). An event never recorded, or
-    /// already complete, imposes nothing. The host does not block.
-    pub fn wait_event(&self, event: &StreamEvent) {
+    /// already complete, imposes nothing. The host does not block. An event
+    /// recorded on another runtime's stream is refused (INVALID_ARGUMENT):
+    /// the two runtimes' work is not ordered through each other's streams.
+    pub fn wait_event(&self, event: &StreamEvent) -> Result<()> {
         if let Some(p) = event.point() {
+            if p.owner != self.owner() {
+                return Err(Error::InvalidArgument(format!(
+                    "wait_event: the event was recorded on a stream of runtime #{}, but {self:?} belongs to runtime #{}",
+                    p.owner,
+                    self.owner()
+                )));
+            }
             // A point of this stream is already ordered before later work.
             if p.stream != self.inner.shared.key && p.completed_at().is_none() {
                 self.send(Msg::Wait(p));
             }
         }
+        Ok(())
     }
 
     /// Blocks until all work submitted so far, and the device work it tracked,
@@ -483,7 +510,7 @@ impl Stream {
             shared.drain_tracked();
             return shared.state.lock().error.take().map_or(Ok(()), Err);
         }
-        let point = Point::new(shared.key);
+        let point = Point::new(shared.key, shared.owner);
         self.send(Msg::Record { point: point.clone(), take_error: true });
         point.wait()
     }
@@ -530,7 +557,7 @@ impl StreamEvent {
     /// `stream` before now (and its tracked device work) completes, carrying
     /// that stream's pending error, if any.
     pub fn record(&self, stream: &Stream) {
-        let point = Point::new(stream.inner.shared.key);
+        let point = Point::new(stream.inner.shared.key, stream.inner.shared.owner);
         *self.point.lock() = Some(point.clone());
         stream.send(Msg::Record { point, take_error: false });
     }
@@ -570,6 +597,14 @@ impl StreamEvent {
             })
         };
         let (start, stop) = (at(self, "start")?, at(end, "end")?);
+        if let (Some(a), Some(b)) = (self.point(), end.point()) {
+            if a.owner != b.owner {
+                return Err(Error::InvalidArgument(format!(
+                    "elapsed_ms: the start event was recorded on a stream of runtime #{}, the end event on one of runtime #{}",
+                    a.owner, b.owner
+                )));
+            }
+        }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         Ok(if stop >= start { ms(stop - start) } else { -ms(start - stop) })
     }
@@ -590,6 +625,8 @@ pub struct Streams {
     current: Mutex<HashMap<(ThreadId, usize), Stream>>,
     /// Set by [`Streams::shutdown`]: streams made later get no worker.
     closed: std::sync::atomic::AtomicBool,
+    /// The id of the runtime the registry belongs to, given to its streams.
+    owner: u64,
 }
 
 impl std::fmt::Debug for Streams {
@@ -599,22 +636,23 @@ impl std::fmt::Debug for Streams {
 }
 
 impl Streams {
-    pub fn new(device_count: usize) -> Streams {
+    pub fn new(device_count: usize, owner: u64) -> Streams {
         Streams {
             defaults: (0..device_count).map(|_| OnceLock::new()).collect(),
             created: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             current: Mutex::new(HashMap::new()),
             closed: std::sync::atomic::AtomicBool::new(false),
+            owner,
         }
     }
 
     /// A new stream, with a worker unless the registry was shut down.
     fn make(&self, device: usize, id: u64) -> Stream {
         if self.closed.load(Ordering::Acquire) {
-            Stream::stopped(device, id)
+            Stream::stopped(device, id, self.owner)
         } else {
-            Stream::new(device, id)
+            Stream::spawn(device, id, self.owner)
         }
     }
 
