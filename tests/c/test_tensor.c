@@ -155,6 +155,41 @@ int main(void) {
     CHECK_OK(ttpu_tensor_to_host(rt, tf2, fb, sizeof fb));
     CHECK(memcmp(fz, fb, sizeof fz) == 0);
 
+    /* Geometry that overflows is refused before any program is built, by
+     * ttpu_tensor_view and by aten::as_strided in every mode, and the base
+     * tensor stays readable. */
+    {
+        const float base[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+        const int64_t s8[1] = {8}, sz[2] = {2, 2}, unit[2] = {1, 1};
+        ttpu_tensor_t *b8 = from_host(rt, base, sizeof base, TTPU_DTYPE_FLOAT32, s8, 1);
+        const int64_t bad_strides[5][2] = {{(int64_t)1 << 62, 1}, {((int64_t)1 << 62) + 1, 1}, {INT64_MAX, 1},
+                                            {-1, 1}, {1, INT64_MIN}};
+        const int32_t modes[3] = {TTPU_MODE_DEFER_NEVER, TTPU_MODE_DEFER_AND_FUSE,
+                                  TTPU_MODE_DEFER_NEVER_AND_LAUNCH_BLOCKING};
+        for (int i = 0; i < 5; i++) {
+            ttpu_tensor_t *v = NULL;
+            CHECK_CODE(ttpu_tensor_view(b8, sz, bad_strides[i], 2, 0, &v), TTPU_CODE_INVALID_ARGUMENT);
+            CHECK(v == NULL);
+            for (int m = 0; m < 3; m++) {
+                CHECK_OK(ttpu_thread_set_mode(modes[m]));
+                ttpu_value_t as[3] = {{TTPU_VALUE_KIND_TENSOR, 0, 0.0, b8, 0},
+                                      {TTPU_VALUE_KIND_INT_LIST, 0, 0.0, sz, 2},
+                                      {TTPU_VALUE_KIND_INT_LIST, 0, 0.0, bad_strides[i], 2}};
+                ttpu_value_t out[1];
+                size_t n = 0;
+                CHECK_CODE(ttpu_op_call(rt, "aten::as_strided", as, 3, out, 1, &n), TTPU_CODE_INVALID_ARGUMENT);
+            }
+            CHECK_OK(ttpu_thread_set_mode(-1));
+        }
+        const int64_t huge_sizes[2] = {INT64_MAX, 2};
+        ttpu_tensor_t *v = NULL;
+        CHECK_CODE_MSG(ttpu_tensor_view(b8, huge_sizes, unit, 2, 0, &v), TTPU_CODE_INVALID_ARGUMENT, "2^63 - 1");
+        CHECK_CODE_MSG(ttpu_tensor_view(b8, sz, unit, 2, INT64_MAX, &v), TTPU_CODE_INVALID_ARGUMENT, "out of bounds");
+        CHECK(v == NULL);
+        CHECK_F32(rt, b8, base, 8);
+        ttpu_tensor_destroy(b8);
+    }
+
     ttpu_tensor_destroy(tf2);
     ttpu_tensor_destroy(tl);
     ttpu_tensor_destroy(tu);
