@@ -17,6 +17,7 @@ use super::{bound_f64, Args, Builder, Cx};
 mod act;
 mod grad;
 mod norm;
+mod rnn;
 
 pub fn register(r: &mut Builder) {
     register_softmax(r);
@@ -32,6 +33,7 @@ pub fn register(r: &mut Builder) {
     act::register(r);
     grad::register(r);
     norm::register(r);
+    rnn::register(r);
 }
 
 // ------------------------------------------------------------------ helpers
