@@ -521,6 +521,20 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) { return to_cpu(self).item(); }
 
+// nn.TransformerEncoder asks this (in eval under no_grad, with a key padding
+// mask) to decide whether to pack the batch into a nested tensor, a layout
+// tpu tensors do not have. Answering false keeps the encoder on its padded
+// path, the same as `enable_nested_tensor=False`: every layer runs the
+// fused encoder layer with the padding mask. The values at valid positions
+// are the same; at padded positions they are the layers' own rather than
+// the zeros the nested path writes (documented in README.md).
+bool nested_tensor_from_mask_left_aligned(const at::Tensor& t, const at::Tensor& mask) {
+  TORCH_CHECK(t.dim() >= 2 && mask.dim() == 2 && mask.size(0) == t.size(0) && mask.size(1) == t.size(1),
+              "_nested_tensor_from_mask_left_aligned: mask of size ", mask.sizes(), " does not fit a tensor of size ",
+              t.sizes());
+  return false;
+}
+
 // Core resizes (keeping the old elements, growing the storage when it must);
 // `self` takes the result's geometry and, when grown, its storage.
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
@@ -578,6 +592,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_nested_tensor_from_mask_left_aligned", nested_tensor_from_mask_left_aligned);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_source_storage);
   m.impl("set_.source_Storage", set_storage);

@@ -47,7 +47,7 @@ fn apply_unary(cx: &mut Cx, x: V, out: UnaryOut, body: fn(&mut Func, V) -> V) ->
     cx.f.convert(y, out)
 }
 
-fn gelu(f: &mut Func, x: V, tanh: bool) -> V {
+pub(super) fn gelu(f: &mut Func, x: V, tanh: bool) -> V {
     let half = f.full_like(x, 0.5);
     let one = f.full_like(x, 1.0);
     let inner = if tanh {

@@ -139,7 +139,7 @@ fn dot(cx: &mut Cx, a: V, b: V) -> Result<V> {
 
 /// `torch.matmul`: dot, mv, vector-matrix, mm, and batched products with
 /// broadcast batch dims (a 1-D operand gets a unit dim that is dropped again).
-fn matmul(cx: &mut Cx, a: V, b: V) -> Result<V> {
+pub(super) fn matmul(cx: &mut Cx, a: V, b: V) -> Result<V> {
     let (sa, sb) = (cx.dims(a), cx.dims(b));
     let (ra, rb) = (sa.len(), sb.len());
     if ra == 0 || rb == 0 {
@@ -188,7 +188,7 @@ fn matmul(cx: &mut Cx, a: V, b: V) -> Result<V> {
 }
 
 /// `input @ weight.T (+ bias)`.
-fn linear(cx: &mut Cx, x: V, w: V, bias: Option<V>) -> Result<V> {
+pub(super) fn linear(cx: &mut Cx, x: V, w: V, bias: Option<V>) -> Result<V> {
     let (sx, sw) = (cx.dims(x), cx.dims(w));
     let y = match sw.len() {
         1 => matmul(cx, x, w)?,

@@ -18,6 +18,7 @@ mod act;
 mod grad;
 mod norm;
 mod rnn;
+mod transformer;
 
 pub fn register(r: &mut Builder) {
     register_softmax(r);
@@ -34,6 +35,7 @@ pub fn register(r: &mut Builder) {
     grad::register(r);
     norm::register(r);
     rnn::register(r);
+    transformer::register(r);
 }
 
 // ------------------------------------------------------------------ helpers
@@ -188,75 +190,82 @@ fn register_layer_norm(r: &mut Builder) {
         |cx, a| {
             let x = a.tensor(0)?;
             let norm = a.ints(1)?.to_vec();
-            let (w, b, eps) = (a.opt_tensor(2), a.opt_tensor(3), a.float(4)?);
-            let dims = cx.dims(x);
-            let k = norm.len();
-            if k == 0 {
-                bail_op!(
-                    &*cx.op,
-                    "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, \
-                     but got normalized_shape = {}",
-                    fmt(&norm)
-                );
-            }
-            for (t, what) in [(w, "weight"), (b, "bias")] {
-                if let Some(t) = t {
-                    if cx.dims(t) != norm {
-                        bail_op!(
-                            &*cx.op,
-                            "Expected {what} to be of same shape as normalized_shape, but got {what} of shape {} \
-                             and normalized_shape = {}",
-                            fmt(&cx.dims(t)),
-                            fmt(&norm)
-                        );
-                    }
-                }
-            }
-            if dims.len() < k || dims[dims.len() - k..] != norm[..] {
-                bail_op!(
-                    &*cx.op,
-                    "Given normalized_shape={}, expected input with shape [*, {}], but got input of size{}",
-                    fmt(&norm),
-                    norm.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
-                    fmt(&dims)
-                );
-            }
-            let d = require_float(cx, x, "layer_norm")?;
-            let axis = dims.len() - k;
-            let red: Vec<usize> = (axis..dims.len()).collect();
-            let n = shape::numel(&norm) as f64;
-            let xc = up(cx, x);
-            let mean = sum(cx, xc, &red);
-            let inv_n = cx.f.full_like(mean, 1.0 / n);
-            let mean = cx.f.mul(mean, inv_n);
-            let mean_b = expand_reduced(cx, mean, &dims, &red);
-            let xm = cx.f.sub(xc, mean_b);
-            let sq = cx.f.mul(xm, xm);
-            let var = sum(cx, sq, &red);
-            let var = cx.f.mul(var, inv_n);
-            let eps_v = cx.f.full_like(var, eps);
-            let var = cx.f.add(var, eps_v);
-            let rstd = cx.f.unary("stablehlo.rsqrt", var);
-            let rstd_b = expand_reduced(cx, rstd, &dims, &red);
-            let mut y = cx.f.mul(xm, rstd_b);
-            if let Some(w) = w {
-                let wc = cx.f.convert(w, d.opmath());
-                let wc = cx.f.broadcast_to(wc, &dims);
-                y = cx.f.mul(y, wc);
-            }
-            if let Some(b) = b {
-                let bc = cx.f.convert(b, d.opmath());
-                let bc = cx.f.broadcast_to(bc, &dims);
-                y = cx.f.add(y, bc);
-            }
-            // mean and rstd keep the normalized dims as size 1, in the
-            // input's dtype (as PyTorch's CPU kernel returns them).
-            let stat_dims: Vec<i64> = dims.iter().enumerate().map(|(i, &s)| if i < axis { s } else { 1 }).collect();
-            let mean = cx.f.reshape(mean, &stat_dims);
-            let rstd = cx.f.reshape(rstd, &stat_dims);
-            Ok(vec![cx.f.convert(y, d), cx.f.convert(mean, d), cx.f.convert(rstd, d)])
+            let (y, mean, rstd) = layer_norm(cx, x, &norm, a.opt_tensor(2), a.opt_tensor(3), a.float(4)?)?;
+            Ok(vec![y, mean, rstd])
         },
     );
+}
+
+/// `native_layer_norm` of `x` over its trailing `norm` dims: the result, and
+/// the mean and rstd with the normalized dims kept as size 1, all in `x`'s
+/// dtype (as PyTorch's CPU kernel returns them).
+pub(super) fn layer_norm(cx: &mut Cx, x: V, norm: &[i64], w: Option<V>, b: Option<V>, eps: f64) -> Result<(V, V, V)> {
+    let dims = cx.dims(x);
+    let k = norm.len();
+    if k == 0 {
+        bail_op!(
+            &*cx.op,
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, \
+             but got normalized_shape = {}",
+            fmt(norm)
+        );
+    }
+    for (t, what) in [(w, "weight"), (b, "bias")] {
+        if let Some(t) = t {
+            if cx.dims(t) != norm {
+                bail_op!(
+                    &*cx.op,
+                    "Expected {what} to be of same shape as normalized_shape, but got {what} of shape {} \
+                     and normalized_shape = {}",
+                    fmt(&cx.dims(t)),
+                    fmt(norm)
+                );
+            }
+        }
+    }
+    if dims.len() < k || dims[dims.len() - k..] != norm[..] {
+        bail_op!(
+            &*cx.op,
+            "Given normalized_shape={}, expected input with shape [*, {}], but got input of size{}",
+            fmt(norm),
+            norm.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+            fmt(&dims)
+        );
+    }
+    let d = require_float(cx, x, "layer_norm")?;
+    let axis = dims.len() - k;
+    let red: Vec<usize> = (axis..dims.len()).collect();
+    let n = shape::numel(norm) as f64;
+    let xc = up(cx, x);
+    let mean = sum(cx, xc, &red);
+    let inv_n = cx.f.full_like(mean, 1.0 / n);
+    let mean = cx.f.mul(mean, inv_n);
+    let mean_b = expand_reduced(cx, mean, &dims, &red);
+    let xm = cx.f.sub(xc, mean_b);
+    let sq = cx.f.mul(xm, xm);
+    let var = sum(cx, sq, &red);
+    let var = cx.f.mul(var, inv_n);
+    let eps_v = cx.f.full_like(var, eps);
+    let var = cx.f.add(var, eps_v);
+    let rstd = cx.f.unary("stablehlo.rsqrt", var);
+    let rstd_b = expand_reduced(cx, rstd, &dims, &red);
+    let mut y = cx.f.mul(xm, rstd_b);
+    if let Some(w) = w {
+        let wc = cx.f.convert(w, d.opmath());
+        let wc = cx.f.broadcast_to(wc, &dims);
+        y = cx.f.mul(y, wc);
+    }
+    if let Some(b) = b {
+        let bc = cx.f.convert(b, d.opmath());
+        let bc = cx.f.broadcast_to(bc, &dims);
+        y = cx.f.add(y, bc);
+    }
+    // mean and rstd keep the normalized dims as size 1, in the
+    // input's dtype (as PyTorch's CPU kernel returns them).
+    let stat_dims: Vec<i64> = dims.iter().enumerate().map(|(i, &s)| if i < axis { s } else { 1 }).collect();
+    let mean = cx.f.reshape(mean, &stat_dims);
+    let rstd = cx.f.reshape(rstd, &stat_dims);
+    Ok((cx.f.convert(y, d), cx.f.convert(mean, d), cx.f.convert(rstd, d)))
 }
 
 // -------------------------------------------------------------- convolution
