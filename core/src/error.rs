@@ -214,15 +214,22 @@ impl Error {
         }
     }
 
-    /// A compile failure of `program`. A program too long to show whole is
-    /// saved to a file ([`save_failed_program`]) that the message names.
+    /// A compile failure of `program` (not yet saved: see [`Error::saving_program`]).
     pub fn compile(what: impl Into<String>, message: impl Into<String>, program: &str) -> Error {
-        let saved = if program.lines().count() > EXCERPT_HEAD + EXCERPT_TAIL + 1 {
-            failed_programs_dir().and_then(|dir| save_failed_program(&dir, program))
-        } else {
-            None
-        };
-        Error::Compile { what: what.into(), message: message.into(), program: program.to_string(), saved }
+        Error::Compile { what: what.into(), message: message.into(), program: program.to_string(), saved: None }
+    }
+
+    /// A compile failure whose program is too long to show whole, with the
+    /// program saved to a file in `dir` ([`save_failed_program`]) that the
+    /// message names; any other error as it is.
+    pub fn saving_program(self, dir: &std::path::Path) -> Error {
+        match self {
+            Error::Compile { what, message, program, saved: None } if program.lines().count() > EXCERPT_HEAD + EXCERPT_TAIL + 1 => {
+                let saved = save_failed_program(dir, &program);
+                Error::Compile { what, message, program, saved }
+            }
+            e => e,
+        }
     }
 
     /// An argument error attributed to `op`.
@@ -328,14 +335,6 @@ pub fn program_excerpt(program: &str, saved: Option<&std::path::Path>) -> String
         lines.len() - EXCERPT_HEAD - EXCERPT_TAIL,
         lines[lines.len() - EXCERPT_TAIL..].join("\n")
     )
-}
-
-/// Where programs that failed to compile are saved: `failed/` in the
-/// program cache's directory (`$TORCHTPU_CACHE_DIR`, by default
-/// `~/.cache/torchtpu`), else in the system's temporary directory.
-fn failed_programs_dir() -> Option<std::path::PathBuf> {
-    let base = crate::cache::CacheConfig::from_env().dir.unwrap_or_else(|| std::env::temp_dir().join("torchtpu"));
-    Some(base.join("failed"))
 }
 
 /// Writes `program` to `dir/<hash of the program>.mlir` (once: the same

@@ -33,8 +33,9 @@ fn add_one() {
     println!("mem {:?}", client.memory(1).live());
 }
 
-/// A long program PJRT refuses: the error shows its head and tail, saves
-/// the whole program to a file under the cache directory, and names it.
+/// A long program PJRT refuses: the error shows its head and tail, and
+/// (as the runtime's compile path does, `Error::saving_program`) the whole
+/// program is saved to a file that the message names.
 #[test]
 fn a_long_failing_program_is_saved_and_named() {
     let found = discovery::find_plugin(None).unwrap();
@@ -48,11 +49,14 @@ fn a_long_failing_program_is_saved_and_named() {
         "module @m {{\n  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xi32> {{\n    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>\n{body}    return %80 : tensor<4xf32>\n  }}\n}}"
     );
     let e = client.compile("long test program", &prog, &CompileOptions::Portable).err().expect("refused");
+    let dir = std::env::temp_dir().join(format!("ttpu-smoke-failed-{}", std::process::id()));
+    let e = e.saving_program(&dir);
     let torchtpu_core::Error::Compile { saved: Some(path), .. } = &e else { panic!("not a saved compile error: {e}") };
     assert_eq!(std::fs::read_to_string(path).unwrap(), prog);
-    assert_eq!(path.parent().unwrap().file_name().unwrap(), "failed");
+    assert_eq!(path.parent().unwrap(), dir);
     let text = e.to_string();
     assert!(text.contains("compiling long test program failed"), "{text}");
     assert!(text.contains(&format!("lines left out; the whole program is in {}", path.display())), "{text}");
     assert!(!text.contains("%45 = "), "the middle is cut: {text}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
