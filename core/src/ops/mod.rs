@@ -17,6 +17,7 @@ pub mod common;
 mod copy;
 mod creation;
 mod elementwise;
+mod ieee;
 mod index;
 mod linalg;
 mod nn;
@@ -727,6 +728,7 @@ impl Registry {
         amp::register(&mut b);
         spatial::register(&mut b);
         special::register(&mut b);
+        ieee::register(&mut b);
         random::register(&mut b);
         copy::register(&mut b);
         // The built-in table lives as long as the process (it is the static

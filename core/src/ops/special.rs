@@ -1,7 +1,9 @@
 //! Pointwise special functions and float classification: `logit`,
-//! `logaddexp(2)`, `xlogy`, `lgamma`, `digamma`, `sinc`, `i0`, `heaviside`,
-//! `nan_to_num`, `signbit`, `isposinf` / `isneginf`. Half-precision inputs
-//! compute in f32 and round once, as PyTorch's CPU kernels do.
+//! `logaddexp(2)`, `xlogy`, `lgamma`, `digamma`, `polygamma`, `erfc`,
+//! `sinc`, `i0`, the `special_` kernels (`i0e`, `ndtr`, `ndtri`, `entr`,
+//! `xlog1py`, `zeta`), `heaviside`, `nan_to_num`, `signbit`, `isposinf` /
+//! `isneginf`. Half-precision inputs compute in f32 and round once, as
+//! PyTorch's CPU kernels do.
 
 use crate::bail_op;
 use crate::dtype::DType;
@@ -178,11 +180,105 @@ fn register_unary(r: &mut Builder) {
         let x = a.tensor(0)?;
         Ok(vec![float_unary(cx, x, i0)])
     });
+    r.op_and_inplace("aten::erfc(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, |f, x| f.unary("chlo.erfc", x))])
+    });
+    r.op("aten::special_i0e(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, i0e)])
+    });
+    r.op("aten::special_ndtr(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        // 0.5 erfc(-x / sqrt 2)
+        Ok(vec![float_unary(cx, x, |f, x| {
+            let c = f.full_like(x, -std::f64::consts::FRAC_1_SQRT_2);
+            let t = f.mul(x, c);
+            let e = f.unary("chlo.erfc", t);
+            let half = f.full_like(x, 0.5);
+            f.mul(half, e)
+        })])
+    });
+    r.op("aten::special_ndtri(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        // sqrt 2 erfinv(2p - 1): -inf at 0, inf at 1, NaN outside [0, 1].
+        Ok(vec![float_unary(cx, x, |f, p| {
+            let two = f.full_like(p, 2.0);
+            let one = f.full_like(p, 1.0);
+            let t = f.mul(two, p);
+            let t = f.sub(t, one);
+            let e = f.unary("chlo.erf_inv", t);
+            let c = f.full_like(p, std::f64::consts::SQRT_2);
+            f.mul(c, e)
+        })])
+    });
+    r.op("aten::special_entr(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        // -x ln x for x > 0, 0 at 0, -inf below, NaN for NaN.
+        Ok(vec![float_unary(cx, x, |f, x| {
+            let l = f.unary("stablehlo.log", x);
+            let p = f.mul(x, l);
+            let y = f.neg(p);
+            let zero = f.full_like(x, 0.0);
+            let ninf = f.full_like(x, f64::NEG_INFINITY);
+            let is_zero = f.compare(Cmp::Eq, x, zero);
+            let below = f.compare(Cmp::Lt, x, zero);
+            let y = f.select(is_zero, zero, y);
+            f.select(below, ninf, y)
+        })])
+    });
+    // The in-place form puts the tensor first: `polygamma_(Tensor self, int n)`.
+    r.op("aten::polygamma(int n, Tensor self) -> Tensor", |cx, a| polygamma(cx, a.int(0)?, a.tensor(1)?));
+    r.op("aten::polygamma_(Tensor(a!) self, int n) -> Tensor(a!)", |cx, a| polygamma(cx, a.int(1)?, a.tensor(0)?));
+}
+
+/// The n-th derivative of digamma (`digamma` itself for n = 0).
+fn polygamma(cx: &mut Cx, n: i64, x: V) -> Result<Vec<V>> {
+    if n < 0 {
+        bail_op!(&*cx.op, "polygamma(n, x) does not support negative n.");
+    }
+    Ok(vec![float_unary(cx, x, |f, x| {
+        if n == 0 {
+            return f.unary("chlo.digamma", x);
+        }
+        let nv = f.full_like(x, n as f64);
+        f.binary("chlo.polygamma", nv, x)
+    })])
+}
+
+/// `exp(-|x|) I0(x)`, from the same Chebyshev series without the exponential.
+fn i0e(f: &mut Func, x: V) -> V {
+    let x = f.unary("stablehlo.abs", x);
+    let half = f.full_like(x, 0.5);
+    let two = f.full_like(x, 2.0);
+    let eight = f.full_like(x, 8.0);
+    let ya = f.mul(x, half);
+    let ya = f.sub(ya, two);
+    let a = chbevl(f, ya, &I0E_A);
+    let c32 = f.full_like(x, 32.0);
+    let yb = f.div(c32, x);
+    let yb = f.sub(yb, two);
+    let b = chbevl(f, yb, &I0E_B);
+    let sq = f.unary("stablehlo.sqrt", x);
+    let b = f.div(b, sq);
+    let small = f.compare(Cmp::Le, x, eight);
+    f.select(small, a, b)
 }
 
 /// `x log(y)`, 0 where x == 0 unless y is NaN.
 fn xlogy(f: &mut Func, x: V, y: V) -> V {
     let l = f.unary("stablehlo.log", y);
+    let p = f.mul(x, l);
+    let zero = f.full_like(x, 0.0);
+    let x0 = f.compare(Cmp::Eq, x, zero);
+    let p = f.select(x0, zero, p);
+    let ynan = f.compare(Cmp::Ne, y, y);
+    f.select(ynan, y, p)
+}
+
+/// `x log1p(y)`, 0 where x == 0 unless y is NaN.
+fn xlog1py(f: &mut Func, x: V, y: V) -> V {
+    let l = f.unary("stablehlo.log_plus_one", y);
     let p = f.mul(x, l);
     let zero = f.full_like(x, 0.0);
     let x0 = f.compare(Cmp::Eq, x, zero);
@@ -225,6 +321,21 @@ fn register_binary(r: &mut Builder) {
         float_binary(cx, a, "xlogy", true, xlogy)
     });
     r.op("aten::xlogy.Scalar_Self(Scalar self, Tensor other) -> Tensor", |cx, a| float_binary(cx, a, "xlogy", true, xlogy));
+    for decl in [
+        "aten::special_xlog1py(Tensor self, Tensor other) -> Tensor",
+        "aten::special_xlog1py.other_scalar(Tensor self, Scalar other) -> Tensor",
+        "aten::special_xlog1py.self_scalar(Scalar self, Tensor other) -> Tensor",
+    ] {
+        r.op(decl, |cx, a| float_binary(cx, a, "xlog1py", true, xlog1py));
+    }
+    for decl in [
+        "aten::special_zeta(Tensor self, Tensor other) -> Tensor",
+        "aten::special_zeta.other_scalar(Tensor self, Scalar other) -> Tensor",
+        "aten::special_zeta.self_scalar(Scalar self, Tensor other) -> Tensor",
+    ] {
+        // The Hurwitz zeta function zeta(x, q).
+        r.op(decl, |cx, a| float_binary(cx, a, "zeta", true, |f, x, q| f.binary("chlo.zeta", x, q)));
+    }
     r.op("aten::logaddexp(Tensor self, Tensor other) -> Tensor", |cx, a| {
         float_binary(cx, a, "logaddexp_cpu", false, |f, a, b| logaddexp(f, a, b, false))
     });
