@@ -24,6 +24,7 @@ mod nn;
 mod optim;
 mod random;
 mod reduce;
+mod scan;
 pub mod schema;
 mod shape_ops;
 mod sort;
@@ -719,6 +720,7 @@ impl Registry {
         creation::register(&mut b);
         elementwise::register(&mut b);
         reduce::register(&mut b);
+        scan::register(&mut b);
         linalg::register(&mut b);
         shape_ops::register(&mut b);
         index::register(&mut b);

@@ -28,7 +28,7 @@ pub fn register(r: &mut Builder) {
 // ------------------------------------------------------------------ helpers
 
 /// The identity of `r` for element type `elem` (the init of a reduction).
-fn identity(f: &mut Func, elem: Elem, r: Reducer) -> V {
+pub(super) fn identity(f: &mut Func, elem: Elem, r: Reducer) -> V {
     let ty = Ty::scalar(elem);
     match r {
         Reducer::Add | Reducer::Or => f.splat(&ty, 0.0),

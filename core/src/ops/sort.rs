@@ -1,6 +1,8 @@
 //! Sorting: `sort`, `topk`, as one `stablehlo.sort` of the values together
-//! with an iota of their indices; and `nonzero_static`, a stable sort that
-//! moves the nonzero positions first; and `isin`. NaN sorts above every number (last when
+//! with an iota of their indices; the order statistics `median`,
+//! `nanmedian` and `kthvalue`, which pick a rank from that sort;
+//! `nonzero_static`, a stable sort that moves the nonzero positions first;
+//! and `isin`. NaN sorts above every number (last when
 //! ascending, first when descending) and equal values keep their order, as
 //! in PyTorch's CPU kernels.
 
@@ -29,6 +31,33 @@ pub fn register(r: &mut Builder) {
         "aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)",
         |cx, a| {
             let (v, i) = topk(cx, a.tensor(0)?, a.int(1)?, a.int(2)?, a.bool(3)?)?;
+            Ok(vec![v, i])
+        },
+    );
+    for (name, stat) in [("median", Stat::Median), ("nanmedian", Stat::NanMedian)] {
+        r.op(&format!("aten::{name}(Tensor self) -> Tensor"), move |cx, a| {
+            let x = a.tensor(0)?;
+            let n = shape::numel(&cx.dims(x));
+            if n == 0 {
+                // The median of nothing is NaN (PyTorch's answer).
+                let d = super::common::float_of(cx.dtype(x));
+                return Ok(vec![cx.f.splat(&Ty::scalar(Elem::from(d)), f64::NAN)]);
+            }
+            let flat = cx.f.reshape(x, &[n]);
+            Ok(vec![order_stat(cx, flat, 0, false, stat)?.0])
+        });
+        r.op(
+            &format!("aten::{name}.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)"),
+            move |cx, a| {
+                let (v, i) = order_stat(cx, a.tensor(0)?, a.int(1)?, a.bool(2)?, stat)?;
+                Ok(vec![v, i])
+            },
+        );
+    }
+    r.op(
+        "aten::kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
+        |cx, a| {
+            let (v, i) = order_stat(cx, a.tensor(0)?, a.int(2)?, a.bool(3)?, Stat::Kth(a.int(1)?))?;
             Ok(vec![v, i])
         },
     );
@@ -167,6 +196,94 @@ fn sort(cx: &mut Cx, x: V, dim: i64, descending: bool) -> Result<(V, V)> {
         return Ok((x, idx));
     }
     Ok(sort_with(cx, x, idx, d, descending))
+}
+
+/// Which rank an order statistic picks along its dim (NaN sorts last).
+#[derive(Clone, Copy)]
+enum Stat {
+    /// The lower median; NaN (the first NaN's index) if the row has one.
+    Median,
+    /// The lower median of the numbers; for a row of NaN only, its lower
+    /// median NaN.
+    NanMedian,
+    /// The k-th smallest (1-based).
+    Kth(i64),
+}
+
+/// The value of rank `stat` along `dim` and its index there, from a stable
+/// ascending sort (so among equal values the first keeps its place).
+fn order_stat(cx: &mut Cx, x: V, dim: i64, keepdim: bool, stat: Stat) -> Result<(V, V)> {
+    let dims = cx.dims(x);
+    let d = shape::wrap_dim(&cx.op, dim, dims.len())?;
+    let n = if dims.is_empty() { 1 } else { dims[d] };
+    if let Stat::Kth(k) = stat {
+        if k < 1 || k > n {
+            bail_op!(&*cx.op, "kthvalue(): selected number k out of range for dimension {d}");
+        }
+    }
+    if dims.is_empty() {
+        return Ok((x, cx.f.splat_int(&Ty::scalar(Elem::I64), 0)));
+    }
+    let (sorted, idx) = sort(cx, x, d as i64, false)?;
+    let mut out_dims = dims.clone();
+    out_dims.remove(d);
+    let kept: Vec<i64> = (0..dims.len()).filter(|&i| i != d).map(|i| i as i64).collect();
+    let i64_out = Ty::new(Elem::I64, &out_dims);
+    // The rank to pick in each row, as a tensor of the reduced shape.
+    let pick = match stat {
+        Stat::Kth(k) => cx.f.splat_int(&i64_out, k - 1),
+        Stat::Median | Stat::NanMedian if !cx.ty(x).elem.is_float() => cx.f.splat_int(&i64_out, (n - 1) / 2),
+        Stat::Median | Stat::NanMedian => {
+            let nan = cx.f.compare(Cmp::Ne, x, x);
+            let nan = cx.f.convert(nan, Elem::I64);
+            let zero = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
+            let nans = cx.f.reduce(nan, zero, &[d], Reducer::Add);
+            let total = cx.f.splat_int(&i64_out, n);
+            let numbers = cx.f.sub(total, nans);
+            let one = cx.f.splat_int(&i64_out, 1);
+            let two = cx.f.splat_int(&i64_out, 2);
+            let lower_of = |f: &mut Func, c: V| {
+                let c1 = f.sub(c, one);
+                f.div(c1, two)
+            };
+            let zero_out = cx.f.splat_int(&i64_out, 0);
+            let any_nan = cx.f.compare(Cmp::Gt, nans, zero_out);
+            match stat {
+                // With a NaN: the first NaN, at rank `numbers`.
+                Stat::Median => {
+                    let mid = lower_of(&mut cx.f, total);
+                    cx.f.select(any_nan, numbers, mid)
+                }
+                _ => {
+                    let none = cx.f.compare(Cmp::Eq, numbers, zero_out);
+                    let mid = lower_of(&mut cx.f, numbers);
+                    let all_mid = lower_of(&mut cx.f, total);
+                    cx.f.select(none, all_mid, mid)
+                }
+            }
+        }
+    };
+    // Select rank `pick` along d: the one position where iota == pick.
+    let iota = cx.f.iota(&Ty::new(Elem::I64, &dims), d);
+    let pick_b = cx.f.broadcast_in_dim(pick, &kept, &dims);
+    let here = cx.f.compare(Cmp::Eq, iota, pick_b);
+    let take = |cx: &mut Cx, v: V| {
+        let elem = cx.ty(v).elem;
+        let zero = cx.f.full_like(v, 0.0);
+        let masked = cx.f.select(here, v, zero);
+        let init = cx.f.splat(&Ty::scalar(elem), 0.0);
+        // Exactly one position is kept, so a sum (or for bool an or) is it.
+        let r = if elem == Elem::Pred { Reducer::Or } else { Reducer::Add };
+        cx.f.reduce(masked, init, &[d], r)
+    };
+    let (mut v, mut i) = (take(cx, sorted), take(cx, idx));
+    if keepdim {
+        let mut kd = dims.clone();
+        kd[d] = 1;
+        v = cx.f.reshape(v, &kd);
+        i = cx.f.reshape(i, &kd);
+    }
+    Ok((v, i))
 }
 
 /// The `k` largest (smallest) values along `dim` and their indices, sorted.

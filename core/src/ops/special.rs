@@ -289,7 +289,7 @@ fn xlog1py(f: &mut Func, x: V, y: V) -> V {
 
 /// `max + log1p(exp(-|a - b|))` (base e) or its base-2 form; equal infinities
 /// give themselves (their difference is NaN).
-fn logaddexp(f: &mut Func, a: V, b: V, base2: bool) -> V {
+pub(super) fn logaddexp(f: &mut Func, a: V, b: V, base2: bool) -> V {
     let m = f.max(a, b);
     let d = f.sub(a, b);
     let d = f.unary("stablehlo.abs", d);
