@@ -237,6 +237,8 @@ fn register_products(r: &mut Builder) {
         Ok(vec![contract(cx, x, y, 1, 2, 1, d)])
     });
     r.op("aten::dot(Tensor self, Tensor tensor) -> Tensor", |cx, a| Ok(vec![dot(cx, a.tensor(0)?, a.tensor(1)?)?]));
+    // For real tensors (the only ones here) vdot's conjugate is the identity.
+    r.op("aten::vdot(Tensor self, Tensor other) -> Tensor", |cx, a| Ok(vec![dot(cx, a.tensor(0)?, a.tensor(1)?)?]));
     r.op("aten::mv(Tensor self, Tensor vec) -> Tensor", |cx, a| {
         let (m, v) = (a.tensor(0)?, a.tensor(1)?);
         let d = check_mv(cx, m, v, None)?;

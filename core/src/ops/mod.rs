@@ -11,6 +11,7 @@
 //! [`crate::runtime`].
 
 mod amp;
+mod bucket;
 mod catalog;
 mod variants;
 pub mod common;
@@ -725,6 +726,7 @@ impl Registry {
         shape_ops::register(&mut b);
         index::register(&mut b);
         sort::register(&mut b);
+        bucket::register(&mut b);
         nn::register(&mut b);
         optim::register(&mut b);
         amp::register(&mut b);

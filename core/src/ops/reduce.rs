@@ -168,6 +168,20 @@ fn mean(cx: &mut Cx, x: V, dims: &[usize], keep: bool, dtype: Option<DType>) -> 
 }
 
 fn register_sum_mean_prod(r: &mut Builder) {
+    r.op("aten::trace(Tensor self) -> Tensor", |cx, a| {
+        // The sum of the main diagonal of a matrix, in sum's dtype.
+        let x = a.tensor(0)?;
+        let dims = cx.dims(x);
+        if dims.len() != 2 {
+            bail_op!(&*cx.op, "trace: expected a matrix, but got tensor with dim {}", dims.len());
+        }
+        let ty = Ty::new(Elem::I64, &dims);
+        let (rows, cols) = (cx.f.iota(&ty, 0), cx.f.iota(&ty, 1));
+        let diag = cx.f.compare(Cmp::Eq, rows, cols);
+        let zero = cx.f.full_like(x, 0.0);
+        let on = cx.f.select(diag, x, zero);
+        Ok(vec![accumulate(cx, on, &[0, 1], false, None, Reducer::Add)])
+    });
     r.op("aten::sum(Tensor self, *, ScalarType? dtype=None) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let dims: Vec<usize> = (0..cx.rank(x)).collect();
