@@ -228,37 +228,28 @@ fn register_ranges(r: &mut Builder) {
     // from `end`, so both ends are exact.
     r.op(&format!("aten::linspace(Scalar start, Scalar end, int steps, *, {FACTORY}) -> Tensor"), |cx, a| {
         let steps = a.int(2)?;
-        if steps < 0 {
-            bail_op!(&*cx.op, "number of steps must be non-negative, got {steps}");
-        }
         let d = a.opt_dtype(3).unwrap_or(DType::DEFAULT_FLOAT);
         check_not_bool(cx, d)?;
         let c = if d == DType::F64 { DType::F64 } else { DType::F32 };
-        let start = cx.scalar(a.scalar(0)?, d);
-        let start = cx.f.convert(start, c);
-        let t = Ty::new(c, &[steps]);
-        if steps <= 1 {
-            let v = cx.f.broadcast_to(start, &[steps]);
-            return Ok(vec![cx.f.convert(v, d)]);
-        }
-        let end = cx.scalar(a.scalar(1)?, d);
-        let end = cx.f.convert(end, c);
-        let (start, end) = (cx.f.broadcast_to(start, &[steps]), cx.f.broadcast_to(end, &[steps]));
-        let span = cx.f.sub(end, start);
-        let den = cx.f.splat(&t, (steps - 1) as f64);
-        let step = cx.f.div(span, den);
-        let i = cx.f.iota(&t, 0);
-        let fwd = cx.f.mul(step, i);
-        let fwd = cx.f.add(start, fwd);
-        let last = cx.f.splat(&t, (steps - 1) as f64);
-        let back_i = cx.f.sub(last, i);
-        let back = cx.f.mul(step, back_i);
-        let back = cx.f.sub(end, back);
-        let half = cx.f.splat(&t, (steps / 2) as f64);
-        let first_half = cx.f.compare(Cmp::Lt, i, half);
-        let v = cx.f.select(first_half, fwd, back);
+        let v = spaced(cx, a, steps, d, c)?;
         Ok(vec![cx.f.convert(v, d)])
     });
+    // logspace: `base` to the power of linspace's values, in the result's
+    // float type (double for integer results), as PyTorch's kernel computes.
+    r.op(
+        &format!("aten::logspace(Scalar start, Scalar end, int steps, float base=10.0, *, {FACTORY}) -> Tensor"),
+        |cx, a| {
+            let steps = a.int(2)?;
+            let base = a.float(3)?;
+            let d = a.opt_dtype(4).unwrap_or(DType::DEFAULT_FLOAT);
+            check_not_bool(cx, d)?;
+            let c = if d == DType::F64 || !d.is_float() { DType::F64 } else { DType::F32 };
+            let e = spaced(cx, a, steps, c, c)?;
+            let b = cx.f.full_like(e, base);
+            let v = cx.f.binary("stablehlo.power", b, e);
+            Ok(vec![cx.f.convert(v, d)])
+        },
+    );
 
     let eye = |cx: &mut Cx, n: i64, m: i64, d: DType| -> Result<V> {
         if n < 0 {
@@ -539,4 +530,36 @@ fn register_random(r: &mut Builder) {
     for (decl, g) in with_generator("randint", "low", "SymInt low, SymInt high, SymInt[] size", "") {
         r.op(&decl, move |cx, a| Ok(vec![randint(cx, a.int(0)?, a.int(1)?, a.ints(2)?, a.opt_dtype(3 + g))?]));
     }
+}
+
+/// linspace's `steps` values from the runtime scalars `start` and `end`
+/// (arguments 0 and 1), converted to `d` first, then computed in `c`: the
+/// first half forward from `start`, the second half backward from `end`,
+/// so both ends are exact (PyTorch's kernel).
+fn spaced(cx: &mut Cx, a: &Args, steps: i64, d: DType, c: DType) -> Result<V> {
+    if steps < 0 {
+        bail_op!(&*cx.op, "number of steps must be non-negative, got {steps}");
+    }
+    let start = cx.scalar(a.scalar(0)?, d);
+    let start = cx.f.convert(start, c);
+    let t = Ty::new(c, &[steps]);
+    if steps <= 1 {
+        return Ok(cx.f.broadcast_to(start, &[steps]));
+    }
+    let end = cx.scalar(a.scalar(1)?, d);
+    let end = cx.f.convert(end, c);
+    let (start, end) = (cx.f.broadcast_to(start, &[steps]), cx.f.broadcast_to(end, &[steps]));
+    let span = cx.f.sub(end, start);
+    let den = cx.f.splat(&t, (steps - 1) as f64);
+    let step = cx.f.div(span, den);
+    let i = cx.f.iota(&t, 0);
+    let fwd = cx.f.mul(step, i);
+    let fwd = cx.f.add(start, fwd);
+    let last = cx.f.splat(&t, (steps - 1) as f64);
+    let back_i = cx.f.sub(last, i);
+    let back = cx.f.mul(step, back_i);
+    let back = cx.f.sub(end, back);
+    let half = cx.f.splat(&t, (steps / 2) as f64);
+    let first_half = cx.f.compare(Cmp::Lt, i, half);
+    Ok(cx.f.select(first_half, fwd, back))
 }

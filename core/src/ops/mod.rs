@@ -692,9 +692,19 @@ impl Builder {
         decl: &str,
         lower: impl Fn(&mut Cx, &Args) -> Result<Vec<V>> + Send + Sync + 'static,
     ) {
+        self.op_and_inplace_with(decl, |e| e, lower);
+    }
+
+    /// [`Builder::op_and_inplace`] with flags (`flags` is applied to both).
+    pub fn op_and_inplace_with(
+        &mut self,
+        decl: &str,
+        flags: fn(OpEntry<'_>) -> OpEntry<'_>,
+        lower: impl Fn(&mut Cx, &Args) -> Result<Vec<V>> + Send + Sync + 'static,
+    ) {
         let lower: Arc<LowerFn> = Arc::new(lower);
-        self.op_shared(decl, lower.clone());
-        self.op_shared(&inplace_decl(decl), lower);
+        flags(self.op_shared(decl, lower.clone()));
+        flags(self.op_shared(&inplace_decl(decl), lower));
     }
 }
 

@@ -1356,6 +1356,40 @@ fn softmax_backward(cx: &mut Cx, a: &Args, log: bool) -> Result<Vec<V>> {
 }
 
 fn register_backward(r: &mut Builder) {
+    // threshold: `x <= threshold ? value : x` (NaN stays), both scalars in
+    // x's dtype, as runtime arguments.
+    r.op_and_inplace("aten::threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let (d, dims) = (cx.dtype(x), cx.dims(x));
+        let t = cx.scalar(a.scalar(1)?, d);
+        let t = cx.f.broadcast_to(t, &dims);
+        let v = cx.scalar(a.scalar(2)?, d);
+        let v = cx.f.broadcast_to(v, &dims);
+        let below = cx.f.compare(Cmp::Le, x, t);
+        Ok(vec![cx.f.select(below, v, x)])
+    });
+    r.op("aten::channel_shuffle(Tensor self, SymInt groups) -> Tensor", |cx, a| {
+        // [N, C, *] -> [N, g, C/g, *] -> swap the two -> [N, C, *].
+        let x = a.tensor(0)?;
+        let groups = a.int(1)?;
+        let dims = cx.dims(x);
+        if dims.len() < 3 {
+            bail_op!(&*cx.op, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes {}", fmt(&dims));
+        }
+        if groups <= 0 {
+            bail_op!(&*cx.op, "Number of groups to divide channels in must be positive. Value of groups:{groups}");
+        }
+        if dims[1] % groups != 0 {
+            bail_op!(&*cx.op, "Number of channels must be divisible by groups. Got {} channels and {groups} groups.", dims[1]);
+        }
+        let mut split = vec![dims[0], groups, dims[1] / groups];
+        split.extend_from_slice(&dims[2..]);
+        let y = cx.f.reshape(x, &split);
+        let mut perm: Vec<usize> = (0..split.len()).collect();
+        perm.swap(1, 2);
+        let y = cx.f.transpose(y, &perm);
+        Ok(vec![cx.f.reshape(y, &dims)])
+    });
     r.op("aten::threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor", |cx, a| {
         let (g, s) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
         let th = a.scalar(2)?;

@@ -608,7 +608,7 @@ fn register_scans(r: &mut Builder) {
 // -------------------------------------------------------------------- norms
 
 /// `linalg.vector_norm` with a compile-time `ord` (it selects the formula).
-fn vector_norm(cx: &mut Cx, x: V, ord: f64, dims: &[usize], keep: bool, dtype: Option<DType>) -> Result<V> {
+pub(super) fn vector_norm(cx: &mut Cx, x: V, ord: f64, dims: &[usize], keep: bool, dtype: Option<DType>) -> Result<V> {
     let d = cx.dtype(x);
     if !d.is_float() {
         bail_op!(&*cx.op, "linalg.vector_norm: Expected a floating point or complex tensor as input. Got {d}");
@@ -658,6 +658,42 @@ fn static_f64(s: Option<Scalar>, default: f64) -> f64 {
 }
 
 fn register_norms(r: &mut Builder) {
+    // renorm: each slice along `dim` whose p-norm exceeds maxnorm is scaled
+    // down to it (by maxnorm / (norm + 1e-7), PyTorch's factor).
+    // p picks the formula, so both scalars are compiled in.
+    r.op_and_inplace_with("aten::renorm(Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor", |e| e.static_scalars(), |cx, a| {
+        let x = a.tensor(0)?;
+        let (p, maxnorm) = (a.static_scalar(1)?.to_f64(), a.static_scalar(3)?.to_f64());
+        let d = cx.dtype(x);
+        if !d.is_float() {
+            bail_op!(&*cx.op, "renorm: input needs to be a floating point or complex tensor, got {d}");
+        }
+        if p <= 0.0 {
+            bail_op!(&*cx.op, "renorm: non-positive-norm not supported");
+        }
+        if maxnorm < 0.0 {
+            bail_op!(&*cx.op, "renorm: expected maxnorm to be >= 0 but got {maxnorm}");
+        }
+        let rank = cx.rank(x);
+        if rank <= 1 {
+            bail_op!(&*cx.op, "renorm: input needs at least 2 dimensions, got {rank} dimensions");
+        }
+        let dim = shape::wrap_dim(&cx.op, a.int(2)?, rank)?;
+        let others: Vec<usize> = (0..rank).filter(|&i| i != dim).collect();
+        let norm = vector_norm(cx, x, p, &others, true, None)?;
+        let nc = cx.f.convert(norm, d.opmath());
+        let mx = cx.f.full_like(nc, maxnorm);
+        let eps = cx.f.full_like(nc, 1e-7);
+        let den = cx.f.add(nc, eps);
+        let scale = cx.f.div(mx, den);
+        let one = cx.f.full_like(nc, 1.0);
+        let over = cx.f.compare(Cmp::Gt, nc, mx);
+        let factor = cx.f.select(over, scale, one);
+        let factor = cx.f.convert(factor, d);
+        let dims = cx.dims(x);
+        let factor = cx.f.broadcast_to(factor, &dims);
+        Ok(vec![cx.f.mul(x, factor)])
+    });
     r.op(
         "aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, \
          ScalarType? dtype=None) -> Tensor",

@@ -176,6 +176,23 @@ fn register_batch_norm(r: &mut Builder) {
             Ok(out)
         },
     );
+    // The training-mode form torch.compile and export use: the legit op's
+    // three results and its running-statistics update, plus an empty
+    // `reserve` (a cuDNN workspace elsewhere).
+    r.op(
+        "aten::_batch_norm_with_update(Tensor input, Tensor? weight, Tensor? bias, Tensor(a!) running_mean, \
+         Tensor(b!) running_var, float momentum, float eps) -> (Tensor, Tensor, Tensor, Tensor)",
+        |cx, a| {
+            let running = Some((a.tensor(3)?, a.tensor(4)?));
+            let out = batch_norm(cx, a.tensor(0)?, a.opt_tensor(1), a.opt_tensor(2), running, true, a.float(5)?, a.float(6)?)?;
+            let reserve = cx.f.splat_int(&crate::hlo::Ty::new(crate::hlo::Elem::U8, &[0]), 0);
+            // The three results, the reserve, then the two updates.
+            let mut all = out[..3].to_vec();
+            all.push(reserve);
+            all.extend_from_slice(&out[3..]);
+            Ok(all)
+        },
+    );
     r.op(
         "aten::_native_batch_norm_legit.no_stats(Tensor input, Tensor? weight, Tensor? bias, bool training, \
          float momentum, float eps) -> (Tensor, Tensor, Tensor)",

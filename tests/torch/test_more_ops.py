@@ -1,0 +1,62 @@
+"""Ops added for PyTorch's stock modules and functions, against the CPU:
+threshold (and in place), channel_shuffle, renorm for several p, logspace
+in float, double and integer dtypes, and _batch_norm_with_update (the
+training batch norm torch.compile and export emit) with its
+running-statistics update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def _t(x):
+    return x.to("tpu")
+
+
+def _same(got, want):
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+
+
+def test_threshold_and_channel_shuffle():
+    x = torch.randn(4, 6, 5, generator=torch.Generator().manual_seed(0))
+    x[0, 0, 0] = float("nan")
+    _same(F.threshold(_t(x), 0.1, 20.0), F.threshold(x, 0.1, 20.0))
+    y, yt = x.clone(), _t(x)
+    F.threshold_(y, 0.1, -1.0)
+    F.threshold_(yt, 0.1, -1.0)
+    _same(yt, y)
+    _same(F.channel_shuffle(_t(x), 3), F.channel_shuffle(x, 3))
+    with pytest.raises(RuntimeError, match="divisible by groups"):
+        F.channel_shuffle(_t(x), 4)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3.5, float("inf")])
+def test_renorm(p):
+    z = torch.randn(5, 4, 3, generator=torch.Generator().manual_seed(1)) * 3
+    _same(torch.renorm(_t(z), p, 1, 2.0), torch.renorm(z, p, 1, 2.0))
+    w, wt = z.clone(), _t(z)
+    w.renorm_(p, 0, 1.5)
+    wt.renorm_(p, 0, 1.5)
+    _same(wt, w)
+
+
+@pytest.mark.parametrize("args,kw", [((-2, 3, 11), {}), ((0, 10, 6), dict(base=2.0, dtype=torch.int64)),
+                                     ((0.5, -1, 7), dict(dtype=torch.float64)), ((1, 1, 1), {}), ((0, 1, 0), {})])
+def test_logspace(args, kw):
+    _same(torch.logspace(*args, device="tpu", **kw), torch.logspace(*args, **kw))
+
+
+def test_batch_norm_with_update():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(4, 3, 5, generator=g), torch.randn(3, generator=g), torch.randn(3, generator=g)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    rmt, rvt = _t(rm), _t(rv)
+    ref = torch.ops.aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)
+    got = torch.ops.aten._batch_norm_with_update(_t(x), _t(w), _t(b), rmt, rvt, 0.1, 1e-5)
+    _same(got, ref)
+    _same((rmt, rvt), (rm, rv))
