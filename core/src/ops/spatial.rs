@@ -1,5 +1,6 @@
-//! Spatial ops: reflection / replication padding, nearest and bilinear
-//! upsampling (with their backward kernels), `im2col` / `col2im`,
+//! Spatial ops: reflection / replication padding, nearest, nearest-exact
+//! and (bi/tri)linear upsampling in 1, 2 and 3 dims (with their backward
+//! kernels), `im2col` / `col2im`,
 //! `grid_sampler_2d`, `_cdist_forward` / `_pdist_forward` and
 //! `_embedding_bag`.
 //!
@@ -335,36 +336,36 @@ fn linear_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, 
     m
 }
 
-/// The checked geometry of a 2-d upsampling call: input `[N, C, H, W]` and
-/// the output `[H, W]`.
-fn upsample_check(cx: &Cx, input: &[i64], out: [i64; 2]) -> Result<()> {
-    if input.len() != 4 {
-        bail_op!(&*cx.op, "It is expected input_size equals to 4, but got size {}", input.len());
+/// The checked geometry of an n-d upsampling call: input `[N, C, *n]` and
+/// the output's `n` spatial sizes.
+fn upsample_check(cx: &Cx, input: &[i64], out: &[i64]) -> Result<()> {
+    let n = out.len();
+    if input.len() != n + 2 {
+        bail_op!(&*cx.op, "It is expected input_size equals to {}, but got size {}", n + 2, input.len());
     }
-    if input[2] <= 0 || input[3] <= 0 || out[0] <= 0 || out[1] <= 0 {
+    if input[2..].iter().chain(out).any(|&s| s <= 0) {
         bail_op!(
             &*cx.op,
-            "Input and output sizes should be greater than 0, but got input (H: {}, W: {}) output (H: {}, W: {})",
-            input[2],
-            input[3],
-            out[0],
-            out[1]
+            "Input and output sizes should be greater than 0, but got input {} output {}",
+            fmt(&input[2..]),
+            fmt(out)
         );
     }
     if shape::numel(input) == 0 && input[1] == 0 {
-        bail_op!(&*cx.op, "Non-empty 4D data tensor expected but got a tensor with sizes {}", fmt(input));
+        bail_op!(&*cx.op, "Non-empty {}D data tensor expected but got a tensor with sizes {}", n + 2, fmt(input));
     }
     Ok(())
 }
 
 /// Checks a backward call's `grad_output` against the forward output shape.
-fn check_grad(cx: &Cx, g: V, input: &[i64], out: [i64; 2]) -> Result<()> {
-    let want = [input[0], input[1], out[0], out[1]];
+fn check_grad(cx: &Cx, g: V, input: &[i64], out: &[i64]) -> Result<()> {
+    let mut want = input[..2].to_vec();
+    want.extend_from_slice(out);
     let gd = cx.dims(g);
-    if gd.len() != 4 {
-        bail_op!(&*cx.op, "Expected grad_output to be a tensor of dimension 4 but got: dimension {}", gd.len());
+    if gd.len() != want.len() {
+        bail_op!(&*cx.op, "Expected grad_output to be a tensor of dimension {} but got: dimension {}", want.len(), gd.len());
     }
-    for i in 0..4 {
+    for i in 0..want.len() {
         if gd[i] != want[i] {
             bail_op!(
                 &*cx.op,
@@ -378,96 +379,123 @@ fn check_grad(cx: &Cx, g: V, input: &[i64], out: [i64; 2]) -> Result<()> {
     Ok(())
 }
 
-/// The `SymInt[4] input_size` of a backward call.
-fn input_size(cx: &Cx, a: &Args, i: usize) -> Result<Vec<i64>> {
+/// An `int[n]` size argument (`output_size`, or `input_size` with `n + 2`).
+fn sizes(cx: &Cx, a: &Args, i: usize, n: usize, name: &str) -> Result<Vec<i64>> {
     let v = a.ints(i)?;
-    if v.len() != 4 {
-        bail_op!(&*cx.op, "It is expected input_size equals to 4, but got size {}", v.len());
+    if v.len() != n {
+        bail_op!(&*cx.op, "It is expected {name} equals to {n}, but got size {}", v.len());
     }
     Ok(v.to_vec())
 }
 
+/// PyTorch's `nearest_neighbor_exact_compute_source_index` for every output
+/// position: the source pixel whose centre is nearest.
+fn nearest_exact_map(input: i64, output: i64, scale: Option<f64>) -> Vec<i64> {
+    let s = scale_value(scale, input, output) as f32;
+    (0..output).map(|j| ((((j as f32) + 0.5) * s).floor() as i64).min(input - 1)).collect()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Interp {
+    Nearest,
+    NearestExact,
+    Linear,
+}
+
+/// The names of the upsampling ops of `n` spatial dims.
+fn upsample_name(mode: Interp, n: usize) -> String {
+    match mode {
+        Interp::Nearest => format!("upsample_nearest{n}d"),
+        Interp::NearestExact => format!("_upsample_nearest_exact{n}d"),
+        Interp::Linear => format!("upsample_{}{n}d", ["linear", "bilinear", "trilinear"][n - 1]),
+    }
+}
+
+/// The `float? scales...` declarations of `n` spatial dims.
+fn scale_decls(n: usize) -> String {
+    let names: &[&str] = match n {
+        1 => &["scales"],
+        2 => &["scales_h", "scales_w"],
+        _ => &["scales_d", "scales_h", "scales_w"],
+    };
+    names.iter().map(|s| format!("float? {s}=None")).collect::<Vec<_>>().join(", ")
+}
+
 fn register_upsample(r: &mut Builder) {
-    r.op(
-        "aten::upsample_nearest2d(Tensor self, SymInt[2] output_size, float? scales_h=None, float? scales_w=None) \
-         -> Tensor",
-        |cx, a| {
-            let x = a.tensor(0)?;
-            let dims = cx.dims(x);
-            let out = two(cx, a, 1, "output_size")?;
-            upsample_check(cx, &dims, out)?;
-            require_float(cx, x, "upsample_nearest2d_channels_last")?;
-            let scales = [a.opt_float(2), a.opt_float(3)];
-            let mut y = x;
-            for k in 0..2 {
-                y = take(cx, y, 2 + k, &nearest_map(dims[2 + k], out[k], scales[k]));
-            }
-            Ok(vec![y])
-        },
-    );
-    r.op(
-        "aten::upsample_nearest2d_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, \
-         float? scales_h=None, float? scales_w=None) -> Tensor",
-        |cx, a| {
-            let g = a.tensor(0)?;
-            let out = two(cx, a, 1, "output_size")?;
-            let dims = input_size(cx, a, 2)?;
-            upsample_check(cx, &dims, out)?;
-            check_grad(cx, g, &dims, out)?;
-            let d = require_float(cx, g, "upsample_nearest2d_backward_out_frame")?;
-            let scales = [a.opt_float(3), a.opt_float(4)];
-            let mut y = up(cx, g);
-            for k in (0..2).rev() {
-                y = put_add(cx, y, 2 + k, &nearest_map(dims[2 + k], out[k], scales[k]), dims[2 + k]);
-            }
-            Ok(vec![cx.f.convert(y, d)])
-        },
-    );
-    r.op(
-        "aten::upsample_bilinear2d(Tensor self, SymInt[2] output_size, bool align_corners, float? scales_h=None, \
-         float? scales_w=None) -> Tensor",
-        |cx, a| {
-            let x = a.tensor(0)?;
-            let dims = cx.dims(x);
-            let out = two(cx, a, 1, "output_size")?;
-            upsample_check(cx, &dims, out)?;
-            let d = require_float(cx, x, "upsample_bilinear2d_channels_last")?;
-            let (align, scales) = (a.bool(2)?, [a.opt_float(3), a.opt_float(4)]);
-            let mut y = up(cx, x);
-            for k in 0..2 {
-                let m = linear_map(dims[2 + k], out[k], align, scales[k], d == DType::F64);
-                let y0 = take(cx, y, 2 + k, &m.i0);
-                let y0 = scale_along(cx, y0, 2 + k, &m.w0);
-                let y1 = take(cx, y, 2 + k, &m.i1);
-                let y1 = scale_along(cx, y1, 2 + k, &m.w1);
-                y = cx.f.add(y0, y1);
-            }
-            Ok(vec![cx.f.convert(y, d)])
-        },
-    );
-    r.op(
-        "aten::upsample_bilinear2d_backward(Tensor grad_output, SymInt[2] output_size, SymInt[4] input_size, \
-         bool align_corners, float? scales_h=None, float? scales_w=None) -> Tensor",
-        |cx, a| {
-            let g = a.tensor(0)?;
-            let out = two(cx, a, 1, "output_size")?;
-            let dims = input_size(cx, a, 2)?;
-            upsample_check(cx, &dims, out)?;
-            check_grad(cx, g, &dims, out)?;
-            let d = require_float(cx, g, "upsample_bilinear2d_backward_out_frame")?;
-            let (align, scales) = (a.bool(3)?, [a.opt_float(4), a.opt_float(5)]);
-            let mut y = up(cx, g);
-            for k in (0..2).rev() {
-                let m = linear_map(dims[2 + k], out[k], align, scales[k], d == DType::F64);
-                let y0 = scale_along(cx, y, 2 + k, &m.w0);
-                let y0 = put_add(cx, y0, 2 + k, &m.i0, dims[2 + k]);
-                let y1 = scale_along(cx, y, 2 + k, &m.w1);
-                let y1 = put_add(cx, y1, 2 + k, &m.i1, dims[2 + k]);
-                y = cx.f.add(y0, y1);
-            }
-            Ok(vec![cx.f.convert(y, d)])
-        },
-    );
+    for n in 1..=3usize {
+        for mode in [Interp::Nearest, Interp::NearestExact, Interp::Linear] {
+            let name = upsample_name(mode, n);
+            let align = if mode == Interp::Linear { "bool align_corners, " } else { "" };
+            // Argument positions after output_size (and input_size).
+            let lin = usize::from(mode == Interp::Linear);
+            r.op(
+                &format!("aten::{name}(Tensor self, SymInt[{n}] output_size, {align}{}) -> Tensor", scale_decls(n)),
+                move |cx, a| {
+                    let x = a.tensor(0)?;
+                    let dims = cx.dims(x);
+                    let out = sizes(cx, a, 1, n, "output_size")?;
+                    upsample_check(cx, &dims, &out)?;
+                    let d = require_float(cx, x, &format!("{}_out_frame", upsample_name(mode, n)))?;
+                    let scales: Vec<Option<f64>> = (0..n).map(|k| a.opt_float(2 + lin + k)).collect();
+                    let align = mode == Interp::Linear && a.bool(2)?;
+                    let mut y = if mode == Interp::Linear { up(cx, x) } else { x };
+                    for k in 0..n {
+                        let (input, output) = (dims[2 + k], out[k]);
+                        y = match mode {
+                            Interp::Nearest => take(cx, y, 2 + k, &nearest_map(input, output, scales[k])),
+                            Interp::NearestExact => take(cx, y, 2 + k, &nearest_exact_map(input, output, scales[k])),
+                            Interp::Linear => {
+                                let m = linear_map(input, output, align, scales[k], d == DType::F64);
+                                let y0 = take(cx, y, 2 + k, &m.i0);
+                                let y0 = scale_along(cx, y0, 2 + k, &m.w0);
+                                let y1 = take(cx, y, 2 + k, &m.i1);
+                                let y1 = scale_along(cx, y1, 2 + k, &m.w1);
+                                cx.f.add(y0, y1)
+                            }
+                        };
+                    }
+                    Ok(vec![cx.f.convert(y, d)])
+                },
+            );
+            r.op(
+                &format!(
+                    "aten::{name}_backward(Tensor grad_output, SymInt[{n}] output_size, SymInt[{}] input_size, \
+                     {align}{}) -> Tensor",
+                    n + 2,
+                    scale_decls(n)
+                ),
+                move |cx, a| {
+                    let g = a.tensor(0)?;
+                    let out = sizes(cx, a, 1, n, "output_size")?;
+                    let dims = sizes(cx, a, 2, n + 2, "input_size")?;
+                    upsample_check(cx, &dims, &out)?;
+                    check_grad(cx, g, &dims, &out)?;
+                    let d = require_float(cx, g, &format!("{}_backward_out_frame", upsample_name(mode, n)))?;
+                    let scales: Vec<Option<f64>> = (0..n).map(|k| a.opt_float(3 + lin + k)).collect();
+                    let align = mode == Interp::Linear && a.bool(3)?;
+                    let mut y = up(cx, g);
+                    for k in (0..n).rev() {
+                        let (input, output) = (dims[2 + k], out[k]);
+                        y = match mode {
+                            Interp::Nearest => put_add(cx, y, 2 + k, &nearest_map(input, output, scales[k]), input),
+                            Interp::NearestExact => {
+                                put_add(cx, y, 2 + k, &nearest_exact_map(input, output, scales[k]), input)
+                            }
+                            Interp::Linear => {
+                                let m = linear_map(input, output, align, scales[k], d == DType::F64);
+                                let y0 = scale_along(cx, y, 2 + k, &m.w0);
+                                let y0 = put_add(cx, y0, 2 + k, &m.i0, input);
+                                let y1 = scale_along(cx, y, 2 + k, &m.w1);
+                                let y1 = put_add(cx, y1, 2 + k, &m.i1, input);
+                                cx.f.add(y0, y1)
+                            }
+                        };
+                    }
+                    Ok(vec![cx.f.convert(y, d)])
+                },
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------- im2col / col2im
