@@ -60,3 +60,20 @@ def test_batch_norm_with_update():
     got = torch.ops.aten._batch_norm_with_update(_t(x), _t(w), _t(b), rmt, rvt, 0.1, 1e-5)
     _same(got, ref)
     _same((rmt, rvt), (rm, rv))
+
+
+def test_angle_of_real_numbers():
+    x = torch.tensor([-1.0, 0, 2, float("nan"), -0.0])
+    _same(torch.angle(_t(x)), torch.angle(x))
+    i = torch.tensor([-3, 0, 4])
+    _same(torch.angle(_t(i)), torch.angle(i))
+
+
+def test_embedding_bag_without_grad():
+    """Under no_grad nn.EmbeddingBag calls _embedding_bag_forward_only."""
+    torch.manual_seed(0)
+    idx, off = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])
+    for mode in ("sum", "mean", "max"):
+        eb = torch.nn.EmbeddingBag(10, 3, mode=mode)
+        with torch.no_grad():
+            _same(eb.to("tpu")(_t(idx), _t(off)), eb.cpu()(idx, off))

@@ -65,3 +65,15 @@ def test_kthvalue():
     _same(torch.kthvalue(_t(y), 4), torch.kthvalue(y, 4))
     with pytest.raises(RuntimeError, match="k out of range"):
         torch.kthvalue(_t(y), 5)
+
+
+def test_mode_value_and_last_index():
+    """The most frequent value, the smallest of equally frequent ones, and
+    the index of its last occurrence (PyTorch's answer; NaNs never tie)."""
+    for x in (torch.tensor([2, 1, 2, 1, 3]), torch.tensor([5.0, 1, 5, 1, 3, 1, 5]),
+              torch.tensor([1.0, NAN, NAN, 2]), torch.tensor([7])):
+        _same(torch.mode(_t(x)), torch.mode(x))
+    m = torch.randint(0, 4, (3, 5, 6), generator=torch.Generator().manual_seed(3))
+    for d in range(3):
+        for keep in (False, True):
+            _same(torch.mode(_t(m), d, keep), torch.mode(m, d, keep))

@@ -54,6 +54,10 @@ pub fn register(r: &mut Builder) {
             },
         );
     }
+    r.op("aten::mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)", |cx, a| {
+        let (v, i) = mode(cx, a.tensor(0)?, a.int(1)?, a.bool(2)?)?;
+        Ok(vec![v, i])
+    });
     r.op(
         "aten::kthvalue(Tensor self, SymInt k, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
         |cx, a| {
@@ -284,6 +288,86 @@ fn order_stat(cx: &mut Cx, x: V, dim: i64, keepdim: bool, stat: Stat) -> Result<
         i = cx.f.reshape(i, &kd);
     }
     Ok((v, i))
+}
+
+/// The most frequent value along `dim` (the smallest of equally frequent
+/// ones) and the index of its last occurrence, as PyTorch's CPU kernel
+/// answers. From the stable sort: runs of equal values (each NaN a run of
+/// its own) are numbered by a scan, counted by a scatter-add, and the first
+/// run of the largest count wins; its last element carries the index.
+fn mode(cx: &mut Cx, x: V, dim: i64, keepdim: bool) -> Result<(V, V)> {
+    let dims = cx.dims(x);
+    let d = shape::wrap_dim(&cx.op, dim, dims.len().max(1))?;
+    if dims.is_empty() {
+        return Ok((x, cx.f.splat_int(&Ty::scalar(Elem::I64), 0)));
+    }
+    let n = dims[d];
+    if n == 0 {
+        bail_op!(&*cx.op, "mode(): Expected reduction dim {d} to have non-zero size.");
+    }
+    // Rows along the last dim: [rows, n].
+    let mut perm: Vec<usize> = (0..dims.len()).filter(|&i| i != d).collect();
+    perm.push(d);
+    let moved = cx.f.transpose(x, &perm);
+    let rows = shape::numel(&dims) / n;
+    let flat = cx.f.reshape(moved, &[rows, n]);
+    let (sorted, idx) = sort(cx, flat, 1, false)?;
+    let i64_rn = Ty::new(Elem::I64, &[rows, n]);
+    let j = cx.f.iota(&i64_rn, 1);
+    // A run starts where the value differs from the one before.
+    let first = cx.f.slice_dim(sorted, 1, 0, 1, 1);
+    let prev = cx.f.slice_dim(sorted, 1, 0, n - 1, 1);
+    let prev = cx.f.concatenate(&[first, prev], 1);
+    let differs = cx.f.compare(Cmp::Ne, sorted, prev);
+    let zero = cx.f.splat_int(&i64_rn, 0);
+    let at_zero = cx.f.compare(Cmp::Eq, j, zero);
+    let start = cx.f.or(differs, at_zero);
+    let start_i = cx.f.convert(start, Elem::I64);
+    let run = super::reduce::scan(cx, start_i, 1, Reducer::Add);
+    let one = cx.f.splat_int(&i64_rn, 1);
+    let run = cx.f.sub(run, one);
+    // Counts per (row, run), read back at every position of the run.
+    let row = cx.f.iota(&i64_rn, 0);
+    let nv = cx.f.splat_int(&i64_rn, n);
+    let base = cx.f.mul(row, nv);
+    let slot = cx.f.add(base, run);
+    let slot = cx.f.reshape(slot, &[rows * n, 1]);
+    let counts = cx.f.splat_int(&Ty::new(Elem::I64, &[rows * n]), 0);
+    let ones = cx.f.splat_int(&Ty::new(Elem::I64, &[rows * n]), 1);
+    let counts = cx.f.scatter(counts, slot, ones, &[], &[0], &[0], 1, Some(Reducer::Add));
+    let count = cx.f.gather(counts, slot, &[], &[0], &[0], 1, &[1], &[rows * n]);
+    let count = cx.f.reshape(count, &[rows, n]);
+    // The first run start with the largest count.
+    let lowest = cx.f.splat_int(&Ty::scalar(Elem::I64), i64::MIN);
+    let best = cx.f.reduce(count, lowest, &[1], Reducer::Max);
+    let best_b = cx.f.broadcast_in_dim(best, &[0], &[rows, n]);
+    let is_best = cx.f.compare(Cmp::Eq, count, best_b);
+    let cand = cx.f.and(start, is_best);
+    let big = cx.f.splat_int(&i64_rn, n);
+    let pos = cx.f.select(cand, j, big);
+    let highest = cx.f.splat_int(&Ty::scalar(Elem::I64), i64::MAX);
+    let at = cx.f.reduce(pos, highest, &[1], Reducer::Min);
+    let last = cx.f.add(at, best);
+    let one_r = cx.f.splat_int(&Ty::new(Elem::I64, &[rows]), 1);
+    let last = cx.f.sub(last, one_r);
+    let pick = |cx: &mut Cx, v: V, p: V| {
+        let p_b = cx.f.broadcast_in_dim(p, &[0], &[rows, n]);
+        let here = cx.f.compare(Cmp::Eq, j, p_b);
+        let elem = cx.ty(v).elem;
+        let zero = cx.f.full_like(v, 0.0);
+        let masked = cx.f.select(here, v, zero);
+        let init = cx.f.splat(&Ty::scalar(elem), 0.0);
+        let r = if elem == Elem::Pred { Reducer::Or } else { Reducer::Add };
+        cx.f.reduce(masked, init, &[1], r)
+    };
+    let (v, i) = (pick(cx, sorted, at), pick(cx, idx, last));
+    let mut out_dims = dims.clone();
+    if keepdim {
+        out_dims[d] = 1;
+    } else {
+        out_dims.remove(d);
+    }
+    Ok((cx.f.reshape(v, &out_dims), cx.f.reshape(i, &out_dims)))
 }
 
 /// The `k` largest (smallest) values along `dim` and their indices, sorted.

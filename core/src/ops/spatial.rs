@@ -24,12 +24,18 @@ pub fn register(r: &mut Builder) {
     register_upsample(r);
     register_blocks(r);
     register_distance(r);
-    r.op(
-        "aten::_embedding_bag(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, \
-         int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, \
-         int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)",
-        embedding_bag,
-    );
+    // `_forward_only` is what nn.EmbeddingBag calls when no gradient is
+    // needed: the same results.
+    for name in ["_embedding_bag", "_embedding_bag_forward_only"] {
+        r.op(
+            &format!(
+                "aten::{name}(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq=False, \
+                 int mode=0, bool sparse=False, Tensor? per_sample_weights=None, bool include_last_offset=False, \
+                 int padding_idx=-1) -> (Tensor, Tensor, Tensor, Tensor)"
+            ),
+            embedding_bag,
+        );
+    }
     r.op(
         "aten::grid_sampler_2d(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) \
          -> Tensor",

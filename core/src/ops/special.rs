@@ -184,6 +184,18 @@ fn register_unary(r: &mut Builder) {
         let x = a.tensor(0)?;
         Ok(vec![float_unary(cx, x, |f, x| f.unary("chlo.erfc", x))])
     });
+    // angle of a real number: pi for negatives, 0 otherwise, NaN for NaN.
+    r.op("aten::angle(Tensor self) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        Ok(vec![float_unary(cx, x, |f, x| {
+            let zero = f.full_like(x, 0.0);
+            let pi = f.full_like(x, std::f64::consts::PI);
+            let neg = f.compare(Cmp::Lt, x, zero);
+            let y = f.select(neg, pi, zero);
+            let nan = f.compare(Cmp::Ne, x, x);
+            f.select(nan, x, y)
+        })])
+    });
     r.op("aten::special_i0e(Tensor self) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         Ok(vec![float_unary(cx, x, i0e)])
