@@ -307,6 +307,12 @@ void push_returns(const c10::FunctionSchema& schema, const std::vector<c10::IVal
       stack->emplace_back(at::Tensor());
       continue;
     }
+    if (ret.type()->kind() == c10::TypeKind::BoolType) {
+      // A bool return (torch.equal): core's 0-d bool tensor, read on the
+      // host, a sync as on CUDA.
+      stack->emplace_back(wrap(r, results.take(k)).item<bool>());
+      continue;
+    }
     stack->emplace_back(wrap(r, results.take(k)));
   }
 }

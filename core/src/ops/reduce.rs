@@ -555,6 +555,21 @@ fn register_misc(r: &mut Builder) {
             Ok(vec![all_any(cx, x, &dims, a.bool(2)?, all)])
         });
     }
+    // torch.equal: same size and every element equal (after promotion; NaN
+    // is unequal to itself), as a 0-d bool tensor that a frontend reads.
+    r.op("aten::equal(Tensor self, Tensor other) -> bool", |cx, a| {
+        let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+        let scalar = Ty::scalar(Elem::Pred);
+        if cx.dims(x) != cx.dims(y) {
+            return Ok(vec![cx.f.splat(&scalar, 0.0)]);
+        }
+        let d = super::common::result_dtype(cx, &[super::common::Ew::T(x), super::common::Ew::T(y)]);
+        let (xc, yc) = (cx.f.convert(x, d), cx.f.convert(y, d));
+        let eq = cx.f.compare(Cmp::Eq, xc, yc);
+        let all: Vec<usize> = (0..cx.rank(x)).collect();
+        let t = cx.f.splat(&scalar, 1.0);
+        Ok(vec![cx.f.reduce(eq, t, &all, Reducer::And)])
+    });
     r.op("aten::count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let dims = dims_arg(cx, a, 1, cx.rank(x))?;
