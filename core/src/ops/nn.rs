@@ -15,6 +15,7 @@ use super::common::{float_of, prepare, result_dtype, up, Ew};
 use super::{bound_f64, Args, Builder, Cx};
 
 mod act;
+mod adaptive;
 mod grad;
 mod norm;
 mod rnn;
@@ -32,6 +33,7 @@ pub fn register(r: &mut Builder) {
     register_activations(r);
     register_backward(r);
     act::register(r);
+    adaptive::register(r);
     grad::register(r);
     norm::register(r);
     rnn::register(r);

@@ -55,7 +55,7 @@ fn const_vec(f: &mut Func, elem: Elem, vals: &[f64]) -> V {
 
 /// `x` indexed along `dim` by host-known indices (`index_select` with
 /// constant indices).
-fn take(cx: &mut Cx, x: V, dim: usize, idx: &[i64]) -> V {
+pub(super) fn take(cx: &mut Cx, x: V, dim: usize, idx: &[i64]) -> V {
     let dims = cx.dims(x);
     if idx.iter().copied().eq(0..dims[dim]) {
         return x;

@@ -379,7 +379,7 @@ fn register_convolution(r: &mut Builder) {
 // ------------------------------------------------------------------ pooling
 
 /// Adds each of `g: [B, K]` into a zero `[B, n]` at column `idx: [B, K]`.
-fn scatter_add_rows(cx: &mut Cx, g: V, idx: V, n: i64) -> V {
+pub(super) fn scatter_add_rows(cx: &mut Cx, g: V, idx: V, n: i64) -> V {
     let gd = cx.dims(g);
     let (b, k) = (gd[0], gd[1]);
     let ity = Ty::new(Elem::I64, &[b, k, 1]);
