@@ -77,3 +77,18 @@ def test_embedding_bag_without_grad():
         eb = torch.nn.EmbeddingBag(10, 3, mode=mode)
         with torch.no_grad():
             _same(eb.to("tpu")(_t(idx), _t(off)), eb.cpu()(idx, off))
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self):
+    g = torch.Generator().manual_seed(5)
+    x, src = torch.randn(5, 4, 3, generator=g), torch.randn(5, 6, 3, generator=g)
+    idx = torch.tensor([0, 2, 2, 3, 0, 1])
+    _same(_t(x).index_reduce(1, _t(idx), _t(src), reduce, include_self=include_self),
+          x.index_reduce(1, idx, src, reduce, include_self=include_self))
+    xi, si = torch.randint(-5, 5, (4, 3), generator=g), torch.randint(-5, 5, (4, 5), generator=g)
+    ii = torch.tensor([0, 2, 2, 1, 0])
+    _same(_t(xi).index_reduce(1, _t(ii), _t(si), reduce, include_self=include_self),
+          xi.index_reduce(1, ii, si, reduce, include_self=include_self))

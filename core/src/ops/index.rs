@@ -1,6 +1,6 @@
 //! Indexing: `index_select`, `gather`, `scatter` (+ `_add`, `_reduce`),
 //! advanced indexing (`index.Tensor`, `index_put`), `take` and `put`,
-//! `index_add`, `index_copy`, `index_fill`, `masked_fill` and
+//! `index_add`, `index_reduce`, `index_copy`, `index_fill`, `masked_fill` and
 //! `masked_scatter`, lowered to `stablehlo.gather` /
 //! `stablehlo.scatter`; `slice_scatter` and `select_scatter` as pads and
 //! selects.
@@ -321,6 +321,43 @@ fn index_select(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
     Ok(cx.f.reshape(g, &out_shape))
 }
 
+/// `index_reduce`: `scatter_reduce` along `dim` with the index vector
+/// spread over the source's other dims (`self[.., index[i], ..] reduce=
+/// source[.., i, ..]`), so it shares its reductions and `include_self`.
+fn index_reduce(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, reduce: &str, include_self: bool) -> Result<V> {
+    check_vector_index(cx, idx, "index_reduce_")?;
+    if !matches!(reduce, "prod" | "mean" | "amax" | "amin") {
+        bail_op!(&*cx.op, "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.");
+    }
+    let (xd, sd) = (cx.dims(x), cx.dims(src));
+    let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;
+    let (d, sdt) = (cx.dtype(x), cx.dtype(src));
+    if d != sdt {
+        bail_op!(&*cx.op, "index_reduce_(): self ({d}) and source ({sdt}) must have the same scalar type");
+    }
+    let n = shape::numel(&cx.dims(idx));
+    let (x1, s1) = (at_least_1d(cx, x), at_least_1d(cx, src));
+    let (x1d, s1d) = (cx.dims(x1), cx.dims(s1));
+    if s1d.len() != x1d.len() || s1d[dim] != n || (0..x1d.len()).any(|k| k != dim && x1d[k] != s1d[k]) {
+        bail_op!(
+            &*cx.op,
+            "index_reduce_(): source {} must match self {} except at dim {dim}, where it must have the {n} indexed \
+             entries",
+            shape::fmt(&sd),
+            shape::fmt(&xd)
+        );
+    }
+    if n == 0 || shape::numel(&x1d) == 0 {
+        return Ok(x);
+    }
+    cx.check_index(idx, 0..x1d[dim], || format!("dim {dim} of size {}", x1d[dim]));
+    let i1 = cx.f.reshape(idx, &[n]);
+    let i1 = cx.f.convert(i1, Elem::I64);
+    let full = cx.f.broadcast_in_dim(i1, &[dim as i64], &s1d);
+    let y = scatter_reduce(cx, x1, dim as i64, full, s1, reduce, include_self)?;
+    Ok(cx.f.reshape(y, &xd))
+}
+
 fn index_add(cx: &mut Cx, x: V, dim: i64, idx: V, src: V, alpha: super::ScalarRef) -> Result<V> {
     check_vector_index(cx, idx, "index_add_")?;
     let (xd, sd) = (cx.dims(x), cx.dims(src));
@@ -576,6 +613,13 @@ fn register_dim_ops(r: &mut Builder) {
     r.op_and_inplace("aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor", |cx, a| {
         Ok(vec![index_add(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, a.tensor(3)?, a.scalar(4)?)?])
     });
+    r.op_and_inplace(
+        "aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor",
+        |cx, a| {
+            let reduce = a.opt_str(4).unwrap_or("");
+            Ok(vec![index_reduce(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, a.tensor(3)?, reduce, a.bool(5)?)?])
+        },
+    );
     r.op_and_inplace("aten::index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor", |cx, a| {
         Ok(vec![index_fill(cx, a.tensor(0)?, a.int(1)?, a.tensor(2)?, Ew::S(a.scalar(3)?))?])
     });
