@@ -17,6 +17,7 @@ use super::{bound_f64, Args, Builder, Cx};
 mod act;
 mod adaptive;
 mod grad;
+mod margin;
 mod norm;
 mod rnn;
 mod transformer;
@@ -35,6 +36,7 @@ pub fn register(r: &mut Builder) {
     act::register(r);
     adaptive::register(r);
     grad::register(r);
+    margin::register(r);
     norm::register(r);
     rnn::register(r);
     transformer::register(r);
