@@ -77,3 +77,21 @@ def test_mode_value_and_last_index():
     for d in range(3):
         for keep in (False, True):
             _same(torch.mode(_t(m), d, keep), torch.mode(m, d, keep))
+
+
+@pytest.mark.parametrize("inverse", [False, True])
+@pytest.mark.parametrize("counts", [False, True])
+def test_unique_and_unique_consecutive(inverse, counts):
+    """Data-dependent sizes: the runtime reads the run count on the host."""
+    x = torch.tensor([[3, 1, 2], [1, 3, 3], [7, 7, 0]])
+    f = torch.tensor([1.0, NAN, 2.0, NAN, 1.0])
+    for op in (torch.unique, torch.unique_consecutive):
+        for v in (x, f, torch.tensor([])):
+            want = op(v, return_inverse=inverse, return_counts=counts)
+            got = op(_t(v), return_inverse=inverse, return_counts=counts)
+            _same(got, want)
+
+
+def test_unique_consecutive_by_dim_says_unsupported():
+    with pytest.raises(NotImplementedError, match="only dim=None"):
+        torch.unique_consecutive(_t(torch.tensor([[1, 1], [1, 1]])), dim=0)

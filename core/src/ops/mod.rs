@@ -513,6 +513,11 @@ pub enum Composite {
     /// shape is not resized in place: the call returns a new tensor in its
     /// place, which a frontend with mutable tensors (PyTorch) rebinds.
     Out { functional: usize },
+    /// `_unique2` (`sorted`) and `unique_consecutive`: the values sorted
+    /// (or kept in order), runs of equal values marked, their count read on
+    /// the host once (a sync, as on CUDA), then the first value of each run,
+    /// and on request each element's run (the inverse) and run lengths.
+    Unique { consecutive: bool },
     /// `resize_`: a contiguous view of `self`'s storage when it is large
     /// enough, else of a new storage holding the old elements followed by
     /// zeros. A storage has a fixed size, so the grown one is a new tensor

@@ -65,6 +65,17 @@ pub fn register(r: &mut Builder) {
             Ok(vec![v, i])
         },
     );
+    // Their results' sizes depend on the data: the runtime reads the count.
+    r.composite(
+        "aten::_unique2(Tensor self, bool sorted=True, bool return_inverse=False, bool return_counts=False) \
+         -> (Tensor, Tensor, Tensor)",
+        Composite::Unique { consecutive: false },
+    );
+    r.composite(
+        "aten::unique_consecutive(Tensor self, bool return_inverse=False, bool return_counts=False, int? dim=None) \
+         -> (Tensor, Tensor, Tensor)",
+        Composite::Unique { consecutive: true },
+    );
     // `nonzero` itself has a data-dependent shape; a frontend reads the
     // count and calls this with it (as PyTorch's own nonzero syncs on CUDA).
     r.composite("aten::nonzero(Tensor self) -> Tensor", Composite::Nonzero);

@@ -5,7 +5,8 @@
 //!   long indices of their nonzero elements, as PyTorch's own indexing does:
 //!   a device program cannot have the data-dependent shape a mask gives;
 //! - [`Composite`] ops: `nonzero` reads its count on the host once (a sync,
-//!   as on CUDA) and runs `nonzero_static`; `masked_select` is broadcasting
+//!   as on CUDA) and runs `nonzero_static`; `unique` and
+//!   `unique_consecutive` read their run count the same way; `masked_select` is broadcasting
 //!   plus boolean indexing; `native_batch_norm` is PyTorch's translation to
 //!   the `_native_batch_norm_legit` forms; `out=` forms run their
 //!   functional op and copy into `out`; `resize_` grows a storage;
@@ -62,6 +63,17 @@ impl Runtime {
                 self.call("aten::index.Tensor", &[x.into(), Value::OptTensorList(vec![Some(mask)])])
             }
             Composite::Out { functional } => self.out_variant(def, functional, bound),
+            Composite::Unique { consecutive } => {
+                let x = tensor_arg(op, bound, 0)?;
+                let flag = |i: usize| matches!(bound.get(i), Some(Value::Bool(true)));
+                let (inverse, counts) = if consecutive { (flag(1), flag(2)) } else { (flag(2), flag(3)) };
+                if consecutive && !matches!(bound.get(3), None | Some(Value::None)) {
+                    return Err(Error::Unimplemented(format!(
+                        "{op}: with dim=, runs of equal slices are not supported on tpu (only dim=None)"
+                    )));
+                }
+                self.unique(x, !consecutive, inverse, counts).map(|r| r.into_iter().map(Value::from).collect())
+            }
             Composite::Resize => {
                 let t = tensor_arg(op, bound, 0)?;
                 let Some(Value::IntList(sizes)) = bound.get(1) else {
@@ -164,6 +176,71 @@ impl Runtime {
 
     /// The indices of `x`'s nonzero elements, `[count, rank]` (long): the
     /// count is read on the host, then `nonzero_static` runs at that size.
+    /// The unique values of `x` flattened (sorted first when `sort`; runs of
+    /// equal neighbours otherwise), the run of each element (shaped like
+    /// `x`) and each run's length; the unrequested ones are empty int64
+    /// tensors, as PyTorch returns them. NaN equals nothing, so each NaN is
+    /// its own run.
+    fn unique(self: &Arc<Self>, x: &Tensor, sort: bool, inverse: bool, counts: bool) -> Result<[Tensor; 3]> {
+        let n = shape::numel(x.sizes());
+        let long = |v: Vec<i64>| Value::IntList(v);
+        let empty = || self.call1("aten::empty.memory_format", &[long(vec![0]), Value::DType(DType::I64)]);
+        let flat = self.call1("aten::reshape", &[x.into(), long(vec![n])])?;
+        let (values, order) = if sort {
+            let r = self.call("aten::sort.stable", &[flat.into(), Value::Bool(true), Value::Int(0), Value::Bool(false)])?;
+            let mut r = r.into_iter().filter_map(|v| v.as_tensor().cloned());
+            (r.next().expect("sort returns values"), r.next())
+        } else {
+            (flat, None)
+        };
+        if n == 0 {
+            // Fresh tensors: a result never shares the argument's storage.
+            let values = self.call1("aten::empty.memory_format", &[long(vec![0]), Value::DType(x.dtype())])?;
+            let inv = if inverse { self.call1("aten::empty.memory_format", &[long(x.sizes().to_vec()), Value::DType(DType::I64)])? } else { empty()? };
+            return Ok([values, inv, empty()?]);
+        }
+        // start[i]: values[i] differs from values[i - 1] (always at 0).
+        let slice = |t: &Tensor, a: i64, b: i64| {
+            self.call1("aten::slice.Tensor", &[t.into(), Value::Int(0), Value::Int(a), Value::Int(b), Value::Int(1)])
+        };
+        let later = slice(&values, 1, n)?;
+        let earlier = slice(&values, 0, n - 1)?;
+        let differs = self.call1("aten::ne.Tensor", &[later.into(), earlier.into()])?;
+        let first = self.call1("aten::ones", &[long(vec![1]), Value::DType(DType::Bool)])?;
+        let start = self.call1("aten::cat", &[Value::TensorList(vec![first, differs]), Value::Int(0)])?;
+        let runs = self.call1("aten::sum", &[(&start).into(), Value::DType(DType::I64)])?;
+        let bytes = self.tensor_to_host(&runs)?;
+        let k = i64::from_ne_bytes(bytes[..8].try_into().expect("an int64 scalar is 8 bytes"));
+        let starts = self.call1("aten::nonzero_static", &[(&start).into(), Value::Int(k), Value::Int(-1)])?;
+        let starts = self.call1("aten::reshape", &[starts.into(), long(vec![k])])?;
+        let uniques = self.call1("aten::index_select", &[(&values).into(), Value::Int(0), (&starts).into()])?;
+        let inv = if inverse {
+            let run = self.call1("aten::cumsum", &[start.into(), Value::Int(0), Value::DType(DType::I64)])?;
+            let run = self.call1("aten::sub.Scalar", &[run.into(), Value::Scalar(Scalar::Int(1)), Value::Scalar(Scalar::Int(1))])?;
+            let run = match &order {
+                // Back to the elements' own order: inverse[order[i]] = run[i].
+                Some(order) => {
+                    let zeros = self.call1("aten::zeros_like", &[(&run).into()])?;
+                    self.call1("aten::scatter.src", &[zeros.into(), Value::Int(0), order.into(), run.into()])?
+                }
+                None => run,
+            };
+            self.call1("aten::reshape", &[run.into(), long(x.sizes().to_vec())])?
+        } else {
+            empty()?
+        };
+        let cnt = if counts {
+            // Each run ends where the next begins (the last at n).
+            let next = slice(&starts, 1, k)?;
+            let end = self.call1("aten::full", &[long(vec![1]), Value::Scalar(Scalar::Int(n)), Value::DType(DType::I64)])?;
+            let ends = self.call1("aten::cat", &[Value::TensorList(vec![next, end]), Value::Int(0)])?;
+            self.call1("aten::sub.Tensor", &[ends.into(), starts.into(), Value::Scalar(Scalar::Int(1))])?
+        } else {
+            empty()?
+        };
+        Ok([uniques, inv, cnt])
+    }
+
     fn nonzero(self: &Arc<Self>, x: &Tensor) -> Result<Tensor> {
         let ne = self.call1("aten::ne.Scalar", &[x.into(), Value::Scalar(Scalar::Int(0))])?;
         let count = self.call1("aten::sum", &[ne.into(), Value::DType(DType::I64)])?;
