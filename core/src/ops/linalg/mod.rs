@@ -5,6 +5,12 @@
 //!
 //! Every product is one `dot_general` at HIGHEST precision. Half types
 //! multiply in f32 and round once, like PyTorch's CPU kernels.
+//!
+//! Factorizations and solves live in their own files: [`cholesky`]
+//! (Cholesky and triangular solves, on StableHLO's own `cholesky` and
+//! `triangular_solve`).
+
+mod cholesky;
 
 use crate::bail_op;
 use crate::dtype::DType;
@@ -15,6 +21,7 @@ use crate::shape;
 use super::{Cx, Builder, ScalarRef};
 
 pub fn register(r: &mut Builder) {
+    cholesky::register(r);
     register_products(r);
     register_fused(r);
     register_cross(r);
