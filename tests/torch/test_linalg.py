@@ -2,8 +2,11 @@
 upper, batched, condition numbers up to 1e3, its info for a matrix that is
 not positive-definite and torch.linalg.cholesky's error), triangular solves
 (left and right, upper and lower, unit diagonal, broadcast batches, the
-older triangular_solve with transpose), cholesky_solve, cholesky_inverse,
-and the gradient through cholesky.
+older triangular_solve with transpose), cholesky_solve, cholesky_inverse;
+LU with partial pivoting (square and rectangular, batched), lu_unpack,
+lu_solve (left/right, adjoint), solve (matrix and vector right-hand sides),
+inv, det, slogdet, singular input (info, det 0, inv's error); and the
+gradients through cholesky, det, slogdet, inv and solve.
 
 Tolerances: 1e-4 relative and absolute on results of condition number up
 to 1e3 in float32; 1e-3 for cholesky_inverse and the gradient, whose error
@@ -93,4 +96,61 @@ def test_cholesky_gradient():
     torch.linalg.cholesky(ac).sum().backward()
     at = _t(a).requires_grad_()
     torch.linalg.cholesky(at).sum().backward()
+    _same(at.grad, ac.grad, LOOSE)
+
+
+def _general(*batch, n=5, seed=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*batch, n, n, generator=g) + 2 * torch.eye(n)
+
+
+def test_lu_factor_and_unpack():
+    a = _general(3, 2)
+    _same(tuple(torch.linalg.lu_factor_ex(_t(a))), tuple(torch.linalg.lu_factor_ex(a)))
+    _same(tuple(torch.linalg.lu(_t(a))), tuple(torch.linalg.lu(a)))
+    g = torch.Generator().manual_seed(5)
+    for r in (torch.randn(4, 6, generator=g), torch.randn(6, 4, generator=g)):
+        _same(tuple(torch.linalg.lu(_t(r))), tuple(torch.linalg.lu(r)))
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_lu_solve(left, adjoint):
+    a = _general(3, 2)
+    b = torch.randn(3, 2, 5, 3, generator=torch.Generator().manual_seed(6))
+    b = b if left else b.mT
+    lu, piv = torch.linalg.lu_factor(a)
+    want = torch.linalg.lu_solve(lu, piv, b, left=left, adjoint=adjoint)
+    _same(torch.linalg.lu_solve(_t(lu), _t(piv), _t(b), left=left, adjoint=adjoint), want)
+
+
+def test_solve_inv_det_slogdet():
+    a = _general(3, 2)
+    b = torch.randn(3, 2, 5, 3, generator=torch.Generator().manual_seed(7))
+    _same(torch.linalg.solve(_t(a), _t(b)), torch.linalg.solve(a, b))
+    _same(torch.linalg.solve(_t(a), _t(b[..., 0])), torch.linalg.solve(a, b[..., 0]))
+    _same(torch.linalg.solve(_t(a), _t(b.mT), left=False), torch.linalg.solve(a, b.mT, left=False))
+    _same(torch.linalg.inv(_t(a)), torch.linalg.inv(a))
+    _same(torch.linalg.det(_t(a)), torch.linalg.det(a))
+    _same(tuple(torch.linalg.slogdet(_t(a))), tuple(torch.linalg.slogdet(a)))
+    # The LU that _linalg_det and _linalg_slogdet return is A^T's, as on the CPU.
+    _same(tuple(torch.ops.aten._linalg_det(_t(a))), tuple(torch.ops.aten._linalg_det(a)))
+
+
+def test_singular_matrices():
+    s = torch.tensor([[1.0, 2, 3], [2, 4, 6], [1, 0, 1]])
+    _same(torch.linalg.lu_factor_ex(_t(s)).info, torch.linalg.lu_factor_ex(s).info)
+    _same(torch.linalg.det(_t(s)), torch.linalg.det(s))
+    with pytest.raises(RuntimeError, match="singular"):
+        torch.linalg.inv(_t(s))
+
+
+@pytest.mark.parametrize("fn", [torch.linalg.det, lambda m: torch.linalg.slogdet(m)[1], torch.linalg.inv,
+                                lambda m: torch.linalg.solve(m, torch.ones(5, 2, device=m.device))])
+def test_lu_based_gradients(fn):
+    a = _general(2)
+    ac = a.clone().requires_grad_()
+    fn(ac).sum().backward()
+    at = _t(a).requires_grad_()
+    fn(at).sum().backward()
     _same(at.grad, ac.grad, LOOSE)

@@ -8,9 +8,11 @@
 //!
 //! Factorizations and solves live in their own files: [`cholesky`]
 //! (Cholesky and triangular solves, on StableHLO's own `cholesky` and
-//! `triangular_solve`).
+//! `triangular_solve`) and [`lu`] (LU with partial pivoting, and solve,
+//! inverse, determinants on it).
 
 mod cholesky;
+mod lu;
 
 use crate::bail_op;
 use crate::dtype::DType;
@@ -22,6 +24,7 @@ use super::{Cx, Builder, ScalarRef};
 
 pub fn register(r: &mut Builder) {
     cholesky::register(r);
+    lu::register(r);
     register_products(r);
     register_fused(r);
     register_cross(r);
