@@ -5,8 +5,10 @@ not positive-definite and torch.linalg.cholesky's error), triangular solves
 older triangular_solve with transpose), cholesky_solve, cholesky_inverse;
 LU with partial pivoting (square and rectangular, batched), lu_unpack,
 lu_solve (left/right, adjoint), solve (matrix and vector right-hand sides),
-inv, det, slogdet, singular input (info, det 0, inv's error); and the
-gradients through cholesky, det, slogdet, inv and solve.
+inv, det, slogdet, singular input (info, det 0, inv's error); Householder QR
+(geqrf, every qr mode, householder_product, ormqr; a rank-deficient
+matrix); and the gradients through cholesky, det, slogdet, inv, solve and
+qr.
 
 Tolerances: 1e-4 relative and absolute on results of condition number up
 to 1e3 in float32; 1e-3 for cholesky_inverse and the gradient, whose error
@@ -153,4 +155,39 @@ def test_lu_based_gradients(fn):
     fn(ac).sum().backward()
     at = _t(a).requires_grad_()
     fn(at).sum().backward()
+    _same(at.grad, ac.grad, LOOSE)
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (5, 5), (4, 6), (2, 3, 6, 4)])
+def test_householder_qr(shape):
+    """Householder QR with LAPACK's signs: geqrf, every linalg.qr mode,
+    householder_product and ormqr from either side, with Q or Q^T."""
+    g = torch.Generator().manual_seed(8)
+    a = torch.randn(*shape, generator=g)
+    _same(tuple(torch.geqrf(_t(a))), tuple(torch.geqrf(a)))
+    for mode in ("reduced", "complete"):
+        _same(tuple(torch.linalg.qr(_t(a), mode=mode)), tuple(torch.linalg.qr(a, mode=mode)))
+    _same(torch.linalg.qr(_t(a), mode="r").R, torch.linalg.qr(a, mode="r").R)
+    packed, tau = torch.geqrf(a)
+    if shape[-2] >= shape[-1]:
+        _same(torch.linalg.householder_product(_t(packed), _t(tau)), torch.linalg.householder_product(packed, tau))
+    m = shape[-2]
+    for left in (True, False):
+        for transpose in (False, True):
+            c = torch.randn(*shape[:-2], *((m, 3) if left else (3, m)), generator=g)
+            want = torch.ormqr(packed, tau, c, left=left, transpose=transpose)
+            _same(torch.ormqr(_t(packed), _t(tau), _t(c), left=left, transpose=transpose), want)
+
+
+def test_qr_of_a_rank_deficient_matrix_and_its_gradient():
+    a = torch.randn(5, 3, generator=torch.Generator().manual_seed(9))
+    z = a.clone()
+    z[:, 1] = 0
+    _same(tuple(torch.linalg.qr(_t(z))), tuple(torch.linalg.qr(z)))
+    ac = a.clone().requires_grad_()
+    q, r = torch.linalg.qr(ac)
+    (q.sum() + r.sum()).backward()
+    at = _t(a).requires_grad_()
+    q, r = torch.linalg.qr(at)
+    (q.sum() + r.sum()).backward()
     _same(at.grad, ac.grad, LOOSE)

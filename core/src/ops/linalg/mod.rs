@@ -8,11 +8,12 @@
 //!
 //! Factorizations and solves live in their own files: [`cholesky`]
 //! (Cholesky and triangular solves, on StableHLO's own `cholesky` and
-//! `triangular_solve`) and [`lu`] (LU with partial pivoting, and solve,
-//! inverse, determinants on it).
+//! `triangular_solve`), [`lu`] (LU with partial pivoting, and solve,
+//! inverse, determinants on it) and [`qr`] (Householder QR).
 
 mod cholesky;
 mod lu;
+mod qr;
 
 use crate::bail_op;
 use crate::dtype::DType;
@@ -25,6 +26,7 @@ use super::{Cx, Builder, ScalarRef};
 pub fn register(r: &mut Builder) {
     cholesky::register(r);
     lu::register(r);
+    qr::register(r);
     register_products(r);
     register_fused(r);
     register_cross(r);
