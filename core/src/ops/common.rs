@@ -3,7 +3,7 @@
 
 use crate::dtype::{self, DType, Operand};
 use crate::error::Result;
-use crate::hlo::{Elem, V};
+use crate::hlo::{Cmp, Elem, Ty, V};
 use crate::shape::{self, Dims};
 
 use super::{Args, Cx, Input, ScalarRef};
@@ -117,4 +117,34 @@ pub fn keepdim(cx: &mut Cx, v: V, in_dims: &[i64], reduced: &[usize]) -> V {
 /// The element type of a dtype.
 pub fn elem(d: DType) -> Elem {
     d.into()
+}
+
+/// A `stablehlo.while` that runs `body` for `j = 0..count` over the carried
+/// values `init` (the counter is carried last and given to `body`, which
+/// returns the new carried values without it). Returns the final values.
+pub(crate) fn counted_loop(
+    cx: &mut Cx,
+    init: &[V],
+    count: i64,
+    body: impl FnOnce(&mut crate::hlo::Func, &[V], V) -> Vec<V>,
+) -> Vec<V> {
+    let j0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
+    let mut tys: Vec<Ty> = init.iter().map(|&v| cx.ty(v).clone()).collect();
+    tys.push(Ty::scalar(Elem::I64));
+    let cond = cx.f.region(&tys, |f, s| {
+        let n = f.splat_int(&Ty::scalar(Elem::I64), count);
+        vec![f.compare(Cmp::Lt, s[s.len() - 1], n)]
+    });
+    let body = cx.f.region(&tys, |f, s| {
+        let j = s[s.len() - 1];
+        let mut out = body(f, &s[..s.len() - 1], j);
+        let one = f.splat_int(&Ty::scalar(Elem::I64), 1);
+        out.push(f.add(j, one));
+        out
+    });
+    let mut operands = init.to_vec();
+    operands.push(j0);
+    let mut out = cx.f.op("stablehlo.while", &operands, &[cond, body], "", &tys);
+    out.pop();
+    out
 }

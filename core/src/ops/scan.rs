@@ -1,17 +1,20 @@
 //! Scans beyond `cumsum`/`cumprod` (those are in `reduce`): `cummax` and
 //! `cummin` with the index of each running extreme, and `logcumsumexp`.
 //!
-//! Each is one `reduce_window` whose window covers an element and all
-//! before it, so the combining function must be associative and
-//! commutative. `cummax`'s is the maximum under a total order of (value,
+//! cummax and cummin are one `reduce_window` each, whose window covers an
+//! element and all before it, so the combining function must be
+//! associative and commutative; logcumsumexp runs position by position, as
+//! PyTorch's loop does, so that it rounds the same way. `cummax`'s is the maximum under a total order of (value,
 //! index) pairs that reproduces PyTorch's running loop: a NaN beats any
 //! number, a later element wins a tie (`x >= running`), and a later NaN
 //! beats an earlier one.
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::shape;
 
+use super::common::counted_loop;
 use super::reduce::identity;
 use super::{Builder, Cx};
 
@@ -27,14 +30,40 @@ pub fn register(r: &mut Builder) {
         let rank = cx.rank(x);
         let dim = shape::wrap_dim(&cx.op, a.int(1)?, rank)?;
         let d = super::common::float_of(cx.dtype(x));
-        let xc = cx.f.convert(x, d.opmath());
+        // PyTorch's CPU loop accumulates in double (acc_type of float).
+        let xc = cx.f.convert(x, d);
+        let xc = cx.f.convert(xc, DType::F64);
         if rank == 0 || cx.dims(xc)[dim] <= 1 {
             return Ok(vec![cx.f.convert(xc, d)]);
         }
-        let init = cx.f.constant(cx.ty(xc).elem, f64::NEG_INFINITY);
-        let y = window_scan(cx, &[xc], &[init], dim, |f, s| vec![super::special::logaddexp(f, s[0], s[1], false)])[0];
+        let y = sequential_logaddexp(cx, xc, dim);
         Ok(vec![cx.f.convert(y, d)])
     });
+}
+
+/// `logcumsumexp` one position after another, as PyTorch's CPU loop adds
+/// (`out[i] = logaddexp(out[i - 1], x[i])`, in double): the same
+/// operations in the same order and precision round alike, which a tree of
+/// windows in f32 would not for large magnitudes (and the backward
+/// formula, `exp(x - out)`, magnifies any difference).
+fn sequential_logaddexp(cx: &mut Cx, x: V, dim: usize) -> V {
+    let dims = cx.dims(x);
+    let n = dims[dim];
+    let mut one = dims.clone();
+    one[dim] = 1;
+    let run0 = cx.f.slice_dim(x, dim, 0, 1, 1);
+    let out = counted_loop(cx, &[x, x, run0], n - 1, |f, s, j| {
+        let (x, out, run) = (s[0], s[1], s[2]);
+        let one_i = f.splat_int(&Ty::scalar(Elem::I64), 1);
+        let pos = f.add(j, one_i);
+        let zero_i = f.splat_int(&Ty::scalar(Elem::I64), 0);
+        let starts: Vec<V> = (0..dims.len()).map(|k| if k == dim { pos } else { zero_i }).collect();
+        let xi = f.dynamic_slice(x, &starts, &one);
+        let run = super::special::logaddexp(f, run, xi, false);
+        let out = f.dynamic_update_slice(out, run, &starts);
+        vec![x, out, run]
+    });
+    out[1]
 }
 
 /// An inclusive scan of `xs` along `dim`: a window of the whole prefix.

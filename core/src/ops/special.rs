@@ -8,7 +8,7 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Elem, Func, V};
+use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 
 use super::common::{float_of, prepare, result_dtype, Ew};
 use super::{Args, Cx, Builder};
@@ -80,27 +80,34 @@ const I0E_B: [f64; 25] = [
     8.04490411014108831608E-1,
 ];
 
+/// `I0(x) = exp(|x|) i0e(x)`.
 fn i0(f: &mut Func, x: V) -> V {
-    let x = f.unary("stablehlo.abs", x);
-    let e = f.unary("stablehlo.exponential", x);
-    let half = f.full_like(x, 0.5);
-    let two = f.full_like(x, 2.0);
-    let eight = f.full_like(x, 8.0);
-    // x <= 8: exp(x) chbevl(x / 2 - 2, A)
-    let ya = f.mul(x, half);
-    let ya = f.sub(ya, two);
-    let a = chbevl(f, ya, &I0E_A);
-    let a = f.mul(e, a);
-    // x > 8: exp(x) chbevl(32 / x - 2, B) / sqrt(x)
-    let c32 = f.full_like(x, 32.0);
-    let yb = f.div(c32, x);
-    let yb = f.sub(yb, two);
-    let b = chbevl(f, yb, &I0E_B);
-    let b = f.mul(e, b);
-    let sq = f.unary("stablehlo.sqrt", x);
-    let b = f.div(b, sq);
-    let small = f.compare(Cmp::Le, x, eight);
-    f.select(small, a, b)
+    let ax = f.unary("stablehlo.abs", x);
+    let e = f.unary("stablehlo.exponential", ax);
+    let s = i0e(f, x);
+    f.mul(e, s)
+}
+
+/// digamma with PyTorch's values at the poles: `digamma(±0) = ∓inf`, NaN
+/// at the negative integers.
+fn digamma(f: &mut Func, x: V) -> V {
+    let y = f.unary("chlo.digamma", x);
+    // PyTorch: digamma(±0) = ∓inf, NaN at the negative integers.
+    let zero = f.full_like(x, 0.0);
+    let is_zero = f.compare(Cmp::Eq, x, zero);
+    let inf = f.full_like(x, f64::INFINITY);
+    let ninf = f.full_like(x, f64::NEG_INFINITY);
+    let one = f.full_like(x, 1.0);
+    let r = f.div(one, x);
+    let neg_zero = f.compare(Cmp::Lt, r, zero);
+    let z = f.select(neg_zero, inf, ninf);
+    let fl = f.unary("stablehlo.floor", x);
+    let int = f.compare(Cmp::Eq, fl, x);
+    let neg = f.compare(Cmp::Lt, x, zero);
+    let pole = f.and(int, neg);
+    let nan = f.full_like(x, f64::NAN);
+    let y = f.select(pole, nan, y);
+    f.select(is_zero, z, y)
 }
 
 fn register_unary(r: &mut Builder) {
@@ -142,25 +149,7 @@ fn register_unary(r: &mut Builder) {
     });
     r.op_and_inplace("aten::digamma(Tensor self) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, |f, x| {
-            let y = f.unary("chlo.digamma", x);
-            // PyTorch: digamma(±0) = ∓inf, NaN at the negative integers.
-            let zero = f.full_like(x, 0.0);
-            let is_zero = f.compare(Cmp::Eq, x, zero);
-            let inf = f.full_like(x, f64::INFINITY);
-            let ninf = f.full_like(x, f64::NEG_INFINITY);
-            let one = f.full_like(x, 1.0);
-            let r = f.div(one, x);
-            let neg_zero = f.compare(Cmp::Lt, r, zero);
-            let z = f.select(neg_zero, inf, ninf);
-            let fl = f.unary("stablehlo.floor", x);
-            let int = f.compare(Cmp::Eq, fl, x);
-            let neg = f.compare(Cmp::Lt, x, zero);
-            let pole = f.and(int, neg);
-            let nan = f.full_like(x, f64::NAN);
-            let y = f.select(pole, nan, y);
-            f.select(is_zero, z, y)
-        })])
+        Ok(vec![float_unary(cx, x, digamma)])
     });
     r.op_and_inplace("aten::sinc(Tensor self) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
@@ -244,18 +233,200 @@ fn register_unary(r: &mut Builder) {
     r.op("aten::polygamma_(Tensor(a!) self, int n) -> Tensor(a!)", |cx, a| polygamma(cx, a.int(1)?, a.tensor(0)?));
 }
 
-/// The n-th derivative of digamma (`digamma` itself for n = 0).
+/// The n-th derivative of digamma, as PyTorch's CPU kernel computes it:
+/// digamma for n = 0, trigamma (by reflection below 1/2) for n = 1, else
+/// `(-1)^(n+1) n! zeta(n + 1, x)` with Cephes' Hurwitz zeta.
 fn polygamma(cx: &mut Cx, n: i64, x: V) -> Result<Vec<V>> {
     if n < 0 {
         bail_op!(&*cx.op, "polygamma(n, x) does not support negative n.");
     }
-    Ok(vec![float_unary(cx, x, |f, x| {
-        if n == 0 {
-            return f.unary("chlo.digamma", x);
+    let d = float_of(cx.dtype(x));
+    let xc = cx.f.convert(x, d.opmath());
+    let y = match n {
+        0 => digamma(&mut cx.f, xc),
+        1 => trigamma(&mut cx.f, xc),
+        _ => {
+            let s = cx.f.full_like(xc, (n + 1) as f64);
+            let z = zeta(cx, s, xc);
+            let fact: f64 = (1..=n).map(|k| k as f64).product();
+            let c = cx.f.full_like(z, if n % 2 == 1 { fact } else { -fact });
+            cx.f.mul(c, z)
         }
-        let nv = f.full_like(x, n as f64);
-        f.binary("chlo.polygamma", nv, x)
-    })])
+    };
+    Ok(vec![cx.f.convert(y, d)])
+}
+
+/// PyTorch's `trigamma`: reflection below 1/2, six steps of the recurrence,
+/// then the asymptotic series.
+fn trigamma(f: &mut Func, x: V) -> V {
+    let half = f.full_like(x, 0.5);
+    let one = f.full_like(x, 1.0);
+    let reflect = f.compare(Cmp::Lt, x, half);
+    let pi = f.full_like(x, std::f64::consts::PI);
+    let px = f.mul(pi, x);
+    let sp = f.unary("stablehlo.sine", px);
+    let sp2 = f.mul(sp, sp);
+    let pi2 = f.full_like(x, std::f64::consts::PI * std::f64::consts::PI);
+    let refl = f.div(pi2, sp2);
+    let zero = f.full_like(x, 0.0);
+    let mut result = f.select(reflect, refl, zero);
+    let neg = f.neg(result);
+    result = f.select(reflect, neg, result);
+    let omx = f.sub(one, x);
+    let mut x = f.select(reflect, omx, x);
+    for _ in 0..6 {
+        let xx = f.mul(x, x);
+        let r = f.div(one, xx);
+        result = f.add(result, r);
+        x = f.add(x, one);
+    }
+    let xx = f.mul(x, x);
+    let ixx = f.div(one, xx);
+    let c42 = f.full_like(x, 1.0 / 42.0);
+    let c30 = f.full_like(x, 1.0 / 30.0);
+    let c6 = f.full_like(x, 1.0 / 6.0);
+    let t = f.mul(ixx, c42);
+    let t = f.sub(c30, t);
+    let t = f.mul(ixx, t);
+    let t = f.sub(c6, t);
+    let t = f.mul(ixx, t);
+    let two = f.full_like(x, 2.0);
+    let tx = f.mul(two, x);
+    let h = f.div(one, tx);
+    let t = f.add(t, h);
+    let t = f.add(one, t);
+    let t = f.div(t, x);
+    let result = f.add(result, t);
+    // sign: -1 where reflected (the reflected part was negated above).
+    let nres = f.neg(result);
+    f.select(reflect, nres, result)
+}
+
+/// Cephes' Hurwitz zeta `zeta(x, q)` as PyTorch computes it: inf at x = 1,
+/// NaN below; for q <= 0, inf at the integers and NaN unless x is an
+/// integer; else direct summation until the term is negligible (at least
+/// nine terms and past q + 9, in one `stablehlo.while`), then the
+/// Euler-Maclaurin tail.
+fn zeta(cx: &mut Cx, x: V, q: V) -> V {
+    const MACHEP: f64 = 1.11022302462515654042e-16;
+    const A: [f64; 12] = [
+        12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+        -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+        1.8152105401943546773e17, -7.1661652561756670113e18,
+    ];
+    let ty = cx.ty(x).clone();
+    let pred = ty.with_elem(Elem::Pred);
+    let nx = cx.f.neg(x);
+    let s0 = cx.f.binary("stablehlo.power", q, nx);
+    let zero_i = cx.f.splat(&ty, 0.0);
+    let done0 = cx.f.splat(&pred, 0.0);
+    let it0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
+    let tys = [ty.clone(), ty.clone(), ty.clone(), ty.clone(), ty.clone(), pred.clone(), Ty::scalar(Elem::I64)];
+    // Carried: x, s, a, b, i (as float), done, iterations.
+    let cond = cx.f.region(&tys, |f, v| {
+        let undone = f.not(v[5]);
+        let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
+        let any = f.reduce(undone, no, &(0..f.ty(v[5]).rank()).collect::<Vec<_>>(), Reducer::Or);
+        let cap = f.splat_int(&Ty::scalar(Elem::I64), 100_000);
+        let more = f.compare(Cmp::Lt, v[6], cap);
+        vec![f.and(any, more)]
+    });
+    let body = cx.f.region(&tys, |f, v| {
+        let (x, s, a, b, i, done, it) = (v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+        let one = f.full_like(x, 1.0);
+        let nine = f.full_like(x, 9.0);
+        // while (i < 9 || a <= 9): i += 1; a += 1; b = a^-x; s += b; stop if b is negligible.
+        let i_small = f.compare(Cmp::Lt, i, nine);
+        let a_small = f.compare(Cmp::Le, a, nine);
+        let go = f.or(i_small, a_small);
+        let undone = f.not(done);
+        let go = f.and(go, undone);
+        let i2 = f.add(i, one);
+        let a2 = f.add(a, one);
+        let nx = f.neg(x);
+        let b2 = f.binary("stablehlo.power", a2, nx);
+        let s2 = f.add(s, b2);
+        let eps = f.full_like(x, MACHEP);
+        let lim = f.mul(eps, s2);
+        let nlim = f.neg(lim);
+        let gt = f.compare(Cmp::Lt, nlim, b2);
+        let lt = f.compare(Cmp::Lt, b2, lim);
+        let converged = f.and(gt, lt);
+        let i = f.select(go, i2, i);
+        let a = f.select(go, a2, a);
+        let b = f.select(go, b2, b);
+        let s = f.select(go, s2, s);
+        // Finished: the loop condition failed (tail next) or converged.
+        let stop = f.not(go);
+        let conv = f.and(go, converged);
+        let done = f.or(done, stop);
+        let done = f.or(done, conv);
+        let one_i = f.splat_int(&Ty::scalar(Elem::I64), 1);
+        vec![x, s, a, b, i, done, f.add(it, one_i)]
+    });
+    let out = cx.f.op("stablehlo.while", &[x, s0, q, zero_i, zero_i, done0, it0], &[cond, body], "", &tys);
+    let (s, a, b) = (out[1], out[2], out[3]);
+    let f = &mut cx.f;
+    let eps = f.full_like(x, MACHEP);
+    let lim = f.mul(eps, s);
+    let nlim = f.neg(lim);
+    let gt = f.compare(Cmp::Lt, nlim, b);
+    let lt = f.compare(Cmp::Lt, b, lim);
+    // Converged in the summation (Cephes returns there): no tail.
+    let summed = f.and(gt, lt);
+    // Euler-Maclaurin: s += b w / (x - 1) - b / 2, then 12 terms.
+    let one = f.full_like(x, 1.0);
+    let w = a;
+    let xm1 = f.sub(x, one);
+    let bw = f.mul(b, w);
+    let t = f.div(bw, xm1);
+    let mut st = f.add(s, t);
+    let half = f.full_like(x, 0.5);
+    let hb = f.mul(half, b);
+    st = f.sub(st, hb);
+    let mut aa = f.full_like(x, 1.0);
+    let mut kk = f.full_like(x, 0.0);
+    let mut bb = b;
+    let mut stopped = f.splat(&pred, 0.0);
+    for &c in &A {
+        let xk = f.add(x, kk);
+        aa = f.mul(aa, xk);
+        bb = f.div(bb, w);
+        let ab = f.mul(aa, bb);
+        let cv = f.full_like(x, c);
+        let term = f.div(ab, cv);
+        let next = f.add(st, term);
+        let live = f.not(stopped);
+        st = f.select(live, next, st);
+        let r = f.div(term, st);
+        let r = f.unary("stablehlo.abs", r);
+        let small = f.compare(Cmp::Lt, r, eps);
+        stopped = f.or(stopped, small);
+        kk = f.add(kk, one);
+        let xk = f.add(x, kk);
+        aa = f.mul(aa, xk);
+        bb = f.div(bb, w);
+        kk = f.add(kk, one);
+    }
+    let result = f.select(summed, s, st);
+    // The special cases.
+    let inf = f.full_like(x, f64::INFINITY);
+    let nan = f.full_like(x, f64::NAN);
+    let zero = f.full_like(x, 0.0);
+    let q_fl = f.unary("stablehlo.floor", q);
+    let q_int = f.compare(Cmp::Eq, q, q_fl);
+    let q_nonpos = f.compare(Cmp::Le, q, zero);
+    let x_fl = f.unary("stablehlo.floor", x);
+    let x_int = f.compare(Cmp::Eq, x, x_fl);
+    let x_nonint = f.not(x_int);
+    let pole = f.and(q_nonpos, q_int);
+    let domain = f.and(q_nonpos, x_nonint);
+    let result = f.select(domain, nan, result);
+    let result = f.select(pole, inf, result);
+    let below = f.compare(Cmp::Lt, x, one);
+    let result = f.select(below, nan, result);
+    let at_one = f.compare(Cmp::Eq, x, one);
+    f.select(at_one, inf, result)
 }
 
 /// `exp(-|x|) I0(x)`, from the same Chebyshev series without the exponential.
@@ -346,7 +517,13 @@ fn register_binary(r: &mut Builder) {
         "aten::special_zeta.self_scalar(Scalar self, Tensor other) -> Tensor",
     ] {
         // The Hurwitz zeta function zeta(x, q).
-        r.op(decl, |cx, a| float_binary(cx, a, "zeta", true, |f, x, q| f.binary("chlo.zeta", x, q)));
+        r.op(decl, |cx, a| {
+            let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
+            let d = float_of(result_dtype(cx, &xs));
+            let (vs, _) = prepare(cx, &xs, d.opmath())?;
+            let z = zeta(cx, vs[0], vs[1]);
+            Ok(vec![cx.f.convert(z, d)])
+        });
     }
     r.op("aten::logaddexp(Tensor self, Tensor other) -> Tensor", |cx, a| {
         float_binary(cx, a, "logaddexp_cpu", false, |f, a, b| logaddexp(f, a, b, false))

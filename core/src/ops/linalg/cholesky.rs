@@ -22,6 +22,8 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
+
+use super::{identity, mt, square};
 use crate::shape;
 
 pub(super) fn register(r: &mut Builder) {
@@ -60,26 +62,9 @@ pub(super) fn register(r: &mut Builder) {
         let l = a.tensor(0)?;
         let dims = cx.dims(l);
         square(cx, &dims, "cholesky_inverse")?;
-        let t = Ty::new(Elem::I64, &dims);
-        let (r_, c_) = (cx.f.iota(&t, dims.len() - 2), cx.f.iota(&t, dims.len() - 1));
-        let diag = cx.f.compare(Cmp::Eq, r_, c_);
-        let d = cx.dtype(l);
-        let one = cx.f.splat(&Ty::new(Elem::from(d), &dims), 1.0);
-        let zero = cx.f.splat(&Ty::new(Elem::from(d), &dims), 0.0);
-        let eye = cx.f.select(diag, one, zero);
+        let eye = identity(cx, &dims, Elem::from(cx.dtype(l)));
         Ok(vec![cholesky_solve(cx, eye, l, a.bool(1)?)?])
     });
-}
-
-/// Checks `[..., n, n]`.
-fn square(cx: &Cx, dims: &[i64], what: &str) -> Result<()> {
-    if dims.len() < 2 {
-        bail_op!(&*cx.op, "{what}: The input tensor A must have at least 2 dimensions.");
-    }
-    if dims[dims.len() - 1] != dims[dims.len() - 2] {
-        bail_op!(&*cx.op, "{what}: A must be batches of square matrices, but they are {} by {} matrices", dims[dims.len() - 2], dims[dims.len() - 1]);
-    }
-    Ok(())
 }
 
 fn float_dtype(cx: &Cx, x: V, what: &str) -> Result<DType> {
@@ -95,14 +80,6 @@ fn triangle(cx: &mut Cx, dims: &[i64], upper: bool) -> V {
     let t = Ty::new(Elem::I64, dims);
     let (r_, c_) = (cx.f.iota(&t, dims.len() - 2), cx.f.iota(&t, dims.len() - 1));
     cx.f.compare(if upper { Cmp::Le } else { Cmp::Ge }, r_, c_)
-}
-
-/// Swaps the last two dims.
-fn mt(cx: &mut Cx, x: V) -> V {
-    let r = cx.rank(x);
-    let mut perm: Vec<usize> = (0..r).collect();
-    perm.swap(r - 2, r - 1);
-    cx.f.transpose(x, &perm)
 }
 
 /// The lower factor (its transpose for `upper`), zero elsewhere, and info.

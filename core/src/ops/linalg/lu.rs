@@ -21,6 +21,9 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
+
+use super::{identity, mt, square};
+use crate::ops::common::counted_loop;
 use crate::shape;
 
 pub(super) fn register(r: &mut Builder) {
@@ -96,17 +99,13 @@ pub(super) fn register(r: &mut Builder) {
             check_info(cx, f.info, "linalg.inv: The diagonal element is zero, the inversion could not be completed because the input matrix is singular.");
         }
         let lu = cx.f.convert(f.lu, f.d);
-        let eye = identity(cx, &dims, f.d);
+        let eye = identity(cx, &dims, Elem::from(f.d));
         let x = lu_solve(cx, lu, f.piv, eye, true, false)?;
         Ok(vec![x, f.info])
     });
     r.op("aten::_linalg_det(Tensor A) -> (Tensor result, Tensor LU, Tensor pivots)", |cx, a| {
         let am = a.tensor(0)?;
-        square(cx, &cx.dims(am), "linalg.det")?;
-        // The LU of A^T, as PyTorch's kernel returns it (its backward
-        // formula expects that one); det(A^T) = det(A).
-        let at = mt(cx, am);
-        let f = factor(cx, at, "linalg.det")?;
+        let f = factor_transposed(cx, am, "linalg.det")?;
         let (diag, flips) = diag_and_flips(cx, &f);
         let one = cx_one(&mut cx.f, f.d.opmath());
         let prod = cx.f.reduce(diag, one, &[f.batch.len()], Reducer::Mul);
@@ -116,10 +115,7 @@ pub(super) fn register(r: &mut Builder) {
     });
     r.op("aten::_linalg_slogdet(Tensor A) -> (Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots)", |cx, a| {
         let am = a.tensor(0)?;
-        square(cx, &cx.dims(am), "linalg.slogdet")?;
-        // The LU of A^T, as for `_linalg_det`.
-        let at = mt(cx, am);
-        let f = factor(cx, at, "linalg.slogdet")?;
+        let f = factor_transposed(cx, am, "linalg.slogdet")?;
         let (diag, flips) = diag_and_flips(cx, &f);
         let k = f.batch.len();
         let signs = cx.f.unary("stablehlo.sign", diag);
@@ -139,30 +135,19 @@ fn cx_one(f: &mut Func, d: DType) -> V {
     f.constant(Elem::from(d), 1.0)
 }
 
+/// The factorization of `A^T` that `_linalg_det` and `_linalg_slogdet`
+/// return, as PyTorch's kernels do (their backward formulas expect that
+/// one); `det(A^T) = det(A)`.
+fn factor_transposed(cx: &mut Cx, a: V, what: &str) -> Result<Factor> {
+    square(cx, &cx.dims(a), what)?;
+    let at = mt(cx, a);
+    factor(cx, at, what)
+}
+
 fn check_info(cx: &mut Cx, info: V, message: &str) {
     let zero = cx.f.full_like(info, 0.0);
     let ok = cx.f.compare(Cmp::Eq, info, zero);
     cx.check_values(ok, message);
-}
-
-fn square(cx: &Cx, dims: &[i64], what: &str) -> Result<()> {
-    if dims.len() < 2 {
-        bail_op!(&*cx.op, "{what}: The input tensor A must have at least 2 dimensions.");
-    }
-    if dims[dims.len() - 1] != dims[dims.len() - 2] {
-        bail_op!(&*cx.op, "{what}: A must be batches of square matrices, but they are {} by {} matrices", dims[dims.len() - 2], dims[dims.len() - 1]);
-    }
-    Ok(())
-}
-
-/// Identity matrices of `dims` (`[..., n, n]`) in `d`.
-fn identity(cx: &mut Cx, dims: &[i64], d: DType) -> V {
-    let t = Ty::new(Elem::I64, dims);
-    let (r_, c_) = (cx.f.iota(&t, dims.len() - 2), cx.f.iota(&t, dims.len() - 1));
-    let on = cx.f.compare(Cmp::Eq, r_, c_);
-    let one = cx.f.splat(&Ty::new(Elem::from(d), dims), 1.0);
-    let zero = cx.f.splat(&Ty::new(Elem::from(d), dims), 0.0);
-    cx.f.select(on, one, zero)
 }
 
 /// A factorization: `lu` in opmath `[..., m, n]`, `piv` int32
@@ -202,14 +187,7 @@ fn factor(cx: &mut Cx, a: V, what: &str) -> Result<Factor> {
     let lu0 = cx.f.reshape(ac, &[b, m, n]);
     let piv0 = cx.f.splat_int(&Ty::new(Elem::I32, &[b, k]), 0);
     let info0 = cx.f.splat_int(&Ty::new(Elem::I32, &[b]), 0);
-    let j0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
-    let tys = [cx.ty(lu0).clone(), cx.ty(piv0).clone(), cx.ty(info0).clone(), Ty::scalar(Elem::I64)];
-    let cond = cx.f.region(&tys, |f, s| {
-        let kv = f.splat_int(&Ty::scalar(Elem::I64), k);
-        vec![f.compare(Cmp::Lt, s[3], kv)]
-    });
-    let body = cx.f.region(&tys, |f, s| step(f, s, b, m, n, k));
-    let out = cx.f.op("stablehlo.while", &[lu0, piv0, info0, j0], &[cond, body], "", &tys);
+    let out = counted_loop(cx, &[lu0, piv0, info0], k, |f, s, j| step(f, s, j, b, m, n, k));
     let mut lu_dims = batch.clone();
     lu_dims.extend_from_slice(&[m, n]);
     let lu = cx.f.reshape(out[0], &lu_dims);
@@ -218,9 +196,9 @@ fn factor(cx: &mut Cx, a: V, what: &str) -> Result<Factor> {
     Ok(Factor { lu, piv, info, d, batch, m, n })
 }
 
-/// One column of `getf2` on `[b, m, n]` (carried: lu, pivots, info, j).
-fn step(f: &mut Func, s: &[V], b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
-    let (lu, piv, info, j) = (s[0], s[1], s[2], s[3]);
+/// Column `j` of `getf2` on `[b, m, n]` (carried: lu, pivots, info).
+fn step(f: &mut Func, s: &[V], j: V, b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
+    let (lu, piv, info) = (s[0], s[1], s[2]);
     let bmn = [b, m, n];
     let ti = Ty::new(Elem::I64, &bmn);
     let rows = f.iota(&ti, 1);
@@ -308,9 +286,7 @@ fn step(f: &mut Func, s: &[V], b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
     let one32 = f.splat_int(&Ty::new(Elem::I32, &[b]), 1);
     let j1 = f.add(j1, one32);
     let info = f.select(mark, j1, info);
-    let step1 = f.splat_int(&Ty::scalar(Elem::I64), 1);
-    let j = f.add(j, step1);
-    vec![lu, piv, info, j]
+    vec![lu, piv, info]
 }
 
 /// The row permutation the pivots apply, `perm[i]` = the original row at
@@ -328,14 +304,8 @@ fn permutation(cx: &mut Cx, piv: V, m: i64) -> V {
     }
     let piv = cx.f.convert(piv, Elem::I64);
     let piv = cx.f.reshape(piv, &[b, k]);
-    let i0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
-    let tys = [cx.ty(perm0).clone(), cx.ty(piv).clone(), Ty::scalar(Elem::I64)];
-    let cond = cx.f.region(&tys, |f, s| {
-        let kv = f.splat_int(&Ty::scalar(Elem::I64), k);
-        vec![f.compare(Cmp::Lt, s[2], kv)]
-    });
-    let body = cx.f.region(&tys, |f, s| {
-        let (perm, piv, i) = (s[0], s[1], s[2]);
+    let out = counted_loop(cx, &[perm0, piv], k, |f, s, i| {
+        let (perm, piv) = (s[0], s[1]);
         let tbk = Ty::new(Elem::I64, &[b, k]);
         let kv = f.iota(&tbk, 1);
         let ib = f.broadcast_in_dim(i, &[], &[b, k]);
@@ -364,10 +334,8 @@ fn permutation(cx: &mut Cx, piv: V, m: i64) -> V {
         let vtb = f.broadcast_in_dim(vt, &[0], &[b, m]);
         let perm = f.select(is_t, vib, perm);
         let perm = f.select(is_i, vtb, perm);
-        let step1 = f.splat_int(&Ty::scalar(Elem::I64), 1);
-        vec![perm, piv, f.add(i, step1)]
+        vec![perm, piv]
     });
-    let out = cx.f.op("stablehlo.while", &[perm0, piv, i0], &[cond, body], "", &tys);
     cx.f.reshape(out[0], &out_dims)
 }
 
@@ -493,13 +461,6 @@ fn lu_solve(cx: &mut Cx, lu: V, piv: V, b: V, left: bool, adjoint: bool) -> Resu
         super::matmul(cx, qt, z)?
     };
     Ok(cx.f.convert(x, d))
-}
-
-fn mt(cx: &mut Cx, x: V) -> V {
-    let r = cx.rank(x);
-    let mut perm: Vec<usize> = (0..r).collect();
-    perm.swap(r - 2, r - 1);
-    cx.f.transpose(x, &perm)
 }
 
 /// The diagonal of U (`[..., n]`, opmath) and the permutation's sign

@@ -395,3 +395,40 @@ fn register_cross(r: &mut Builder) {
         Ok(vec![cx.f.convert(z, dx)])
     });
 }
+
+// ------------------------------------------------ shared by the factorizations
+
+/// Checks `[..., n, n]`.
+fn square(cx: &Cx, dims: &[i64], what: &str) -> Result<()> {
+    if dims.len() < 2 {
+        bail_op!(&*cx.op, "{what}: The input tensor A must have at least 2 dimensions.");
+    }
+    if dims[dims.len() - 1] != dims[dims.len() - 2] {
+        bail_op!(
+            &*cx.op,
+            "{what}: A must be batches of square matrices, but they are {} by {} matrices",
+            dims[dims.len() - 2],
+            dims[dims.len() - 1]
+        );
+    }
+    Ok(())
+}
+
+/// Swaps the last two dims.
+fn mt(cx: &mut Cx, x: V) -> V {
+    let r = cx.rank(x);
+    let mut perm: Vec<usize> = (0..r).collect();
+    perm.swap(r - 2, r - 1);
+    cx.f.transpose(x, &perm)
+}
+
+/// Identity matrices of `dims` (`[..., n, n]`) in `elem`.
+fn identity(cx: &mut Cx, dims: &[i64], elem: crate::hlo::Elem) -> V {
+    let t = crate::hlo::Ty::new(crate::hlo::Elem::I64, dims);
+    let (r_, c_) = (cx.f.iota(&t, dims.len() - 2), cx.f.iota(&t, dims.len() - 1));
+    let on = cx.f.compare(Cmp::Eq, r_, c_);
+    let one = cx.f.splat(&crate::hlo::Ty::new(elem, dims), 1.0);
+    let zero = cx.f.splat(&crate::hlo::Ty::new(elem, dims), 0.0);
+    cx.f.select(on, one, zero)
+}
+

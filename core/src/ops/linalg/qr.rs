@@ -18,6 +18,8 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
+
+use crate::ops::common::counted_loop;
 use crate::shape;
 
 pub(super) fn register(r: &mut Builder) {
@@ -128,14 +130,7 @@ fn geqrf(cx: &mut Cx, x: V, what: &str) -> Result<Packed> {
     }
     let a0 = cx.f.reshape(xc, &[b, m, n]);
     let t0 = cx.f.splat(&Ty::new(Elem::from(od), &[b, k]), 0.0);
-    let j0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
-    let tys = [cx.ty(a0).clone(), cx.ty(t0).clone(), Ty::scalar(Elem::I64)];
-    let cond = cx.f.region(&tys, |f, s| {
-        let kv = f.splat_int(&Ty::scalar(Elem::I64), k);
-        vec![f.compare(Cmp::Lt, s[2], kv)]
-    });
-    let body = cx.f.region(&tys, |f, s| qr_step(f, s, b, m, n, k));
-    let out = cx.f.op("stablehlo.while", &[a0, t0, j0], &[cond, body], "", &tys);
+    let out = counted_loop(cx, &[a0, t0], k, |f, s, j| qr_step(f, s, j, b, m, n, k));
     let a = cx.f.reshape(out[0], &dims);
     let tau = cx.f.reshape(out[1], &tau_dims);
     Ok(Packed { a, tau, d, dims, m, n })
@@ -147,8 +142,9 @@ fn total(f: &mut Func, x: V, dims: &[usize]) -> V {
     f.reduce(x, z, dims, Reducer::Add)
 }
 
-fn qr_step(f: &mut Func, s: &[V], b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
-    let (a, taus, j) = (s[0], s[1], s[2]);
+/// Column `j` of `geqr2` on `[b, m, n]` (carried: a, taus).
+fn qr_step(f: &mut Func, s: &[V], j: V, b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
+    let (a, taus) = (s[0], s[1]);
     let bmn = [b, m, n];
     let ti = Ty::new(Elem::I64, &bmn);
     let rows = f.iota(&ti, 1);
@@ -218,8 +214,29 @@ fn qr_step(f: &mut Func, s: &[V], b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
     let at_j = f.compare(Cmp::Eq, kv, jbk);
     let tk = f.broadcast_in_dim(tau, &[0], &[b, k]);
     let taus = f.select(at_j, tk, taus);
-    let one_i = f.splat_int(&Ty::scalar(Elem::I64), 1);
-    vec![a, taus, f.add(j, one_i)]
+    vec![a, taus]
+}
+
+/// Reflector `j` of packed `a` `[b, m, n]` as a vector `[b, m]`: 1 at row
+/// `j`, the stored entries below it, 0 above.
+fn reflector(f: &mut Func, a: V, j: V, b: i64, m: i64, n: i64) -> V {
+    let bmn = [b, m, n];
+    let ti = Ty::new(Elem::I64, &bmn);
+    let rows = f.iota(&ti, 1);
+    let cols = f.iota(&ti, 2);
+    let jb = f.broadcast_in_dim(j, &[], &bmn);
+    let zero = f.full_like(a, 0.0);
+    let in_col = f.compare(Cmp::Eq, cols, jb);
+    let below = f.compare(Cmp::Gt, rows, jb);
+    let xmask = f.and(in_col, below);
+    let xv = f.select(xmask, a, zero);
+    let v = total(f, xv, &[2]);
+    let tbm = Ty::new(Elem::I64, &[b, m]);
+    let rv = f.iota(&tbm, 1);
+    let jbm = f.broadcast_in_dim(j, &[], &[b, m]);
+    let is_j = f.compare(Cmp::Eq, rv, jbm);
+    let ones = f.splat(&Ty::new(f.ty(a).elem, &[b, m]), 1.0);
+    f.select(is_j, ones, v)
 }
 
 /// The upper triangle of `[..., m, n]`.
@@ -266,14 +283,8 @@ fn apply_reflectors(cx: &mut Cx, a: V, tau: V, c: V, left: bool, forward: bool) 
     let a3 = cx.f.reshape(a, &[b, m, n]);
     let t2 = cx.f.reshape(tau, &[b, k]);
     let c3 = cx.f.reshape(c, &[b, cr, cc]);
-    let j0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
-    let tys = [cx.ty(a3).clone(), cx.ty(t2).clone(), cx.ty(c3).clone(), Ty::scalar(Elem::I64)];
-    let cond = cx.f.region(&tys, |f, s| {
-        let kv = f.splat_int(&Ty::scalar(Elem::I64), k);
-        vec![f.compare(Cmp::Lt, s[3], kv)]
-    });
-    let body = cx.f.region(&tys, |f, s| {
-        let (a, taus, c, i) = (s[0], s[1], s[2], s[3]);
+    let out = counted_loop(cx, &[a3, t2, c3], k, |f, s, i| {
+        let (a, taus, c) = (s[0], s[1], s[2]);
         // The reflector applied at iteration i.
         let j = if forward {
             i
@@ -281,23 +292,7 @@ fn apply_reflectors(cx: &mut Cx, a: V, tau: V, c: V, left: bool, forward: bool) 
             let last = f.splat_int(&Ty::scalar(Elem::I64), k - 1);
             f.sub(last, i)
         };
-        let bmn = [b, m, n];
-        let ti = Ty::new(Elem::I64, &bmn);
-        let rows = f.iota(&ti, 1);
-        let cols = f.iota(&ti, 2);
-        let jb = f.broadcast_in_dim(j, &[], &bmn);
-        let zero = f.full_like(a, 0.0);
-        let in_col = f.compare(Cmp::Eq, cols, jb);
-        let below = f.compare(Cmp::Gt, rows, jb);
-        let xmask = f.and(in_col, below);
-        let xv = f.select(xmask, a, zero);
-        let v = total(f, xv, &[2]);
-        let tbm = Ty::new(Elem::I64, &[b, m]);
-        let rv = f.iota(&tbm, 1);
-        let jbm = f.broadcast_in_dim(j, &[], &[b, m]);
-        let is_j = f.compare(Cmp::Eq, rv, jbm);
-        let ones = f.splat(&Ty::new(f.ty(a).elem, &[b, m]), 1.0);
-        let v = f.select(is_j, ones, v);
+        let v = reflector(f, a, j, b, m, n);
         let tbk = Ty::new(Elem::I64, &[b, k]);
         let kv = f.iota(&tbk, 1);
         let jbk = f.broadcast_in_dim(j, &[], &[b, k]);
@@ -327,9 +322,7 @@ fn apply_reflectors(cx: &mut Cx, a: V, tau: V, c: V, left: bool, forward: bool) 
             let u = f.mul(u, vb);
             f.sub(c, u)
         };
-        let one_i = f.splat_int(&Ty::scalar(Elem::I64), 1);
-        vec![a, taus, c, f.add(i, one_i)]
+        vec![a, taus, c]
     });
-    let out = cx.f.op("stablehlo.while", &[a3, t2, c3, j0], &[cond, body], "", &tys);
     cx.f.reshape(out[2], &cd)
 }

@@ -16,7 +16,7 @@ use crate::ops::spatial::take;
 use crate::ops::{Args, Builder, Cx};
 use crate::shape::{self, fmt};
 
-use super::grad::scatter_add_rows;
+use super::grad::grad_at_indices;
 use super::require_float;
 
 pub(super) fn register(r: &mut Builder) {
@@ -136,15 +136,7 @@ fn backward(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
         );
     }
     let d = require_float(cx, x, &format!("adaptive_max_pool{n}d_backward"))?;
-    let b = shape::numel(&xd[..rank - n]);
-    let k = shape::numel(&gd[rank - n..]);
-    let gc = crate::ops::common::up(cx, g);
-    let gc = cx.f.reshape(gc, &[b, k]);
-    let ic = cx.f.convert(idx, Elem::I64);
-    let ic = cx.f.reshape(ic, &[b, k]);
-    let y = scatter_add_rows(cx, gc, ic, shape::numel(&xd[rank - n..]));
-    let y = cx.f.reshape(y, &xd);
-    Ok(vec![cx.f.convert(y, d)])
+    Ok(vec![grad_at_indices(cx, g, idx, &xd, n, d)])
 }
 
 /// `max_unpool{n}d`: zeros of the output size with each input value

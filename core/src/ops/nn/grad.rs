@@ -4,6 +4,7 @@
 //! products with the same averaging matrices).
 
 use crate::bail_op;
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::common::up;
@@ -379,7 +380,7 @@ fn register_convolution(r: &mut Builder) {
 // ------------------------------------------------------------------ pooling
 
 /// Adds each of `g: [B, K]` into a zero `[B, n]` at column `idx: [B, K]`.
-pub(super) fn scatter_add_rows(cx: &mut Cx, g: V, idx: V, n: i64) -> V {
+fn scatter_add_rows(cx: &mut Cx, g: V, idx: V, n: i64) -> V {
     let gd = cx.dims(g);
     let (b, k) = (gd[0], gd[1]);
     let ity = Ty::new(Elem::I64, &[b, k, 1]);
@@ -409,15 +410,22 @@ fn max_pool_backward(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
         );
     }
     let d = require_float(cx, x, &format!("{name}_with_indices_backward"))?;
+    Ok(vec![grad_at_indices(cx, g, idx, &xd, n, d)])
+}
+
+/// A max pooling's input gradient: each output gradient added at its
+/// flat index within its `n`-dim plane of the input `xd`.
+pub(super) fn grad_at_indices(cx: &mut Cx, g: V, idx: V, xd: &[i64], n: usize, d: DType) -> V {
+    let rank = xd.len();
     let b = shape::numel(&xd[..rank - n]);
-    let k = shape::numel(&p.out);
+    let k = shape::numel(&cx.dims(g)[rank - n..]);
     let gc = up(cx, g);
     let gc = cx.f.reshape(gc, &[b, k]);
     let ic = cx.f.convert(idx, Elem::I64);
     let ic = cx.f.reshape(ic, &[b, k]);
     let out = scatter_add_rows(cx, gc, ic, shape::numel(&xd[rank - n..]));
-    let out = cx.f.reshape(out, &xd);
-    Ok(vec![cx.f.convert(out, d)])
+    let out = cx.f.reshape(out, xd);
+    cx.f.convert(out, d)
 }
 
 /// `avg_pool{n}d_backward`: each window's share of its gradient spread over

@@ -49,10 +49,12 @@ pub(super) fn register(r: &mut Builder) {
     );
 }
 
-/// Scores as `[N, C]` (a 1-D input is one sample) and their class count.
+/// Scores as `[N, C]` (a 1-D input is one sample, a 0-d one a sample of
+/// one class) and their class count.
 fn rows(cx: &mut Cx, x: V, what: &str) -> Result<(V, i64, i64)> {
     let xd = cx.dims(x);
     match xd[..] {
+        [] => Ok((cx.f.reshape(x, &[1, 1]), 1, 1)),
         [c] if c > 0 => Ok((cx.f.reshape(x, &[1, c]), 1, c)),
         [n, c] if c > 0 => Ok((x, n, c)),
         _ => bail_op!(&*cx.op, "{what}: Expected non-empty vector or matrix with optional 0-dim batch size, but got: {}", fmt(&xd)),
@@ -160,7 +162,7 @@ fn multi_margin(
         None => None,
     };
     let cv = cx.f.full_like(xc, c as f64);
-    let none_shape = if cx.rank(x) == 1 { td.clone() } else { vec![n] };
+    let none_shape = if cx.rank(x) <= 1 { td.clone() } else { vec![n] };
     match grad {
         None => {
             let h = if p == 1.0 { z } else { cx.f.mul(z, z) };
@@ -256,7 +258,7 @@ fn multilabel(cx: &mut Cx, x: V, t: V, reduction: i64, grad: Option<V>) -> Resul
             let h = cx.f.select(active, z, zero3);
             let h = cx.f.div(h, cv);
             let per = sum(cx, h, &[1, 2]);
-            let none_shape = if xd.len() == 1 { vec![] } else { vec![n] };
+            let none_shape = if xd.len() <= 1 { vec![] } else { vec![n] };
             let loss = reduce(cx, per, n, reduction, &none_shape, d);
             let is_t = cx.f.convert(is_target, d);
             let is_t = cx.f.reshape(is_t, &xd);
