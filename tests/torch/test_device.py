@@ -85,17 +85,25 @@ def test_unsupported_op_is_a_clear_error():
         torch.fft.rfft(x)
 
 
+# An op only the CPU implements: defined here, so that no runtime op ever
+# covers it (a real aten op would stop being a fallback once implemented).
+_FALLBACK_LIB = torch.library.Library("torchtpu_fallback_test", "DEF")
+_FALLBACK_LIB.define("cpu_only_scale(Tensor x, float k) -> Tensor")
+_FALLBACK_LIB.impl("cpu_only_scale", lambda x, k: x * k + 1, "CPU")
+
+
 def test_cpu_fallback_warns_once_and_counts():
     x = torch.tensor([0.5, 1.5, 0.2, 2.5, 2.7])
-    want = torch.histc(x, bins=3, min=0, max=3)
-    op = "aten::histc"
+    fn = torch.ops.torchtpu_fallback_test.cpu_only_scale
+    want = fn(x, 3.0)
+    op = "torchtpu_fallback_test::cpu_only_scale"
     before = torch.tpu.fallback_stats().get(op, 0)
     torch.tpu.enable_cpu_fallback = True
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            a = torch.histc(x.to("tpu"), bins=3, min=0, max=3)
-            b = torch.histc(x.to("tpu"), bins=3, min=0, max=3)
+            a = fn(x.to("tpu"), 3.0)
+            b = fn(x.to("tpu"), 3.0)
         assert a.device.type == "tpu"
         assert torch.equal(a.cpu(), want) and torch.equal(b.cpu(), want)
         msgs = [str(w.message) for w in caught if op in str(w.message)]
@@ -104,7 +112,7 @@ def test_cpu_fallback_warns_once_and_counts():
     finally:
         torch.tpu.enable_cpu_fallback = False
     with pytest.raises(NotImplementedError, match=f"operator {op} is not implemented for TPU"):
-        torch.histc(x.to("tpu"), bins=3, min=0, max=3)
+        fn(x.to("tpu"), 3.0)
 
 
 def test_data_dependent_shapes_sync_and_work(eager_mode):

@@ -92,3 +92,16 @@ def test_index_reduce(reduce, include_self):
     ii = torch.tensor([0, 2, 2, 1, 0])
     _same(_t(xi).index_reduce(1, _t(ii), _t(si), reduce, include_self=include_self),
           xi.index_reduce(1, ii, si, reduce, include_self=include_self))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float64])
+def test_factory_out_forms(dtype):
+    """arange(out=) and linspace(out=): the factory runs in the out's dtype
+    (core derives the out= form from the factory's functional overload)."""
+    stop, step = (1, 0.3) if dtype.is_floating_point else (10, 3)
+    got = torch.arange(0, stop, step, out=torch.empty(0, device="tpu", dtype=dtype))
+    _same(got, torch.arange(0, stop, step, out=torch.empty(0, dtype=dtype)))
+    if dtype.is_floating_point:
+        o = torch.empty(5, device="tpu", dtype=dtype)
+        torch.linspace(0, 1, 5, out=o)
+        _same(o, torch.linspace(0, 1, 5, dtype=dtype))

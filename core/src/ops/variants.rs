@@ -60,8 +60,8 @@ fn derivable(f: &OpDef) -> bool {
 
 /// The `out=` op `name` over functional op `id`: the functional arguments,
 /// then one keyword-only `Tensor(a!)` per result, named `outs`.
-fn derive(name: &str, id: usize, f: &OpDef, outs: &[String]) -> OpDef {
-    let mut args = f.schema.args.clone();
+fn derive(name: &str, id: usize, f: &OpDef, inputs: Vec<Arg>, outs: &[String]) -> OpDef {
+    let mut args = inputs;
     let mut return_alias = Vec::with_capacity(outs.len());
     for (k, out) in outs.iter().enumerate() {
         // Alias letters only need to be distinct within the schema.
@@ -95,7 +95,7 @@ pub(super) fn derive_by_name(reg: &Registry, name: &str) -> Option<OpDef> {
         derivable(f).then(|| {
             let n = f.schema.returns.len();
             let outs: Vec<String> = if n == 1 { vec!["out".into()] } else { (0..n).map(|k| format!("out{k}")).collect() };
-            derive(name, id, f, &outs)
+            derive(name, id, f, f.schema.args.clone(), &outs)
         })
     })
 }
@@ -116,7 +116,10 @@ fn same_args<'a>(a: impl Iterator<Item = &'a Arg>, b: impl Iterator<Item = &'a A
 /// The `out=` op `decl` declares (its written tensors keyword-only, as
 /// PyTorch declares every `out=` form, whatever its overload is called:
 /// `max.dim_max`, `sort.values`), derived from an overload of the same op
-/// that takes exactly its inputs (by name and type) and returns as many
+/// that takes exactly its inputs (by name and type), possibly followed by
+/// keyword-only optional arguments it leaves out (a factory's `dtype`,
+/// `layout`, `device`, `pin_memory`: `arange.start_out` is
+/// `arange.start_step`, run with the `out`'s dtype), and returns as many
 /// tensors as it has `out` arguments; `None` when there is none.
 pub(super) fn derive_by_decl(reg: &Registry, decl: &Schema) -> Option<OpDef> {
     let outs: Vec<String> = decl.args.iter().filter(|a| a.kwarg_only && a.mutable).map(|a| a.name.clone()).collect();
@@ -129,8 +132,13 @@ pub(super) fn derive_by_decl(reg: &Registry, decl: &Schema) -> Option<OpDef> {
     names.into_iter().find_map(|c| {
         let id = reg.exact(&c)?;
         let f = reg.get(id);
-        (derivable(f) && f.schema.returns.len() == outs.len() && same_args(inputs(decl), f.schema.args.iter()))
-            .then(|| derive(&decl.name, id, f, &outs))
+        let n_in = inputs(decl).count();
+        let extra_ok = f.schema.args.len() >= n_in && f.schema.args[n_in..].iter().all(|a| a.kwarg_only && a.optional);
+        (derivable(f)
+            && f.schema.returns.len() == outs.len()
+            && extra_ok
+            && same_args(inputs(decl), f.schema.args[..n_in.min(f.schema.args.len())].iter()))
+        .then(|| derive(&decl.name, id, f, inputs(decl).cloned().collect(), &outs))
     })
 }
 

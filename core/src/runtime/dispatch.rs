@@ -107,8 +107,18 @@ impl Runtime {
     fn out_variant(self: &Arc<Self>, def: &OpDef, functional: usize, bound: &[Value]) -> Result<Vec<Value>> {
         let op = def.name();
         let f = registry().get(functional);
-        let n = f.schema.args.len();
-        let results = self.call(f.name(), &bound[..n])?.into_iter().map(Value::into_tensor).collect::<Result<Vec<_>>>()?;
+        // The out form's own inputs; the functional may take more (a
+        // factory's optional keyword arguments), left to their defaults but
+        // for `dtype`, which is the first out's.
+        let n = def.schema.args.iter().filter(|a| !(a.kwarg_only && a.mutable)).count();
+        let mut args = bound[..n].to_vec();
+        if f.schema.args.len() > n {
+            let first_out = tensor_arg(op, bound, n)?;
+            args.extend(f.schema.args[n..].iter().map(|a| {
+                if a.name == "dtype" { Value::DType(first_out.dtype()) } else { Value::None }
+            }));
+        }
+        let results = self.call(f.name(), &args)?.into_iter().map(Value::into_tensor).collect::<Result<Vec<_>>>()?;
         // Every out is checked before any is written: a refused call leaves
         // them all as they were.
         for (k, r) in results.iter().enumerate() {
