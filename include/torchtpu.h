@@ -1272,9 +1272,14 @@ void ttpu_tensor_destroy(struct ttpu_tensor_t *tensor);
 int32_t ttpu_tensor_dtype(const struct ttpu_tensor_t *tensor);
 
 // The number of dimensions, or 0 for an invalid handle. A 0-d tensor also
-// has 0: tell them apart with `ttpu_tensor_dtype` (-1 for an invalid handle)
-// or `ttpu_tensor_numel` (-1).
+// has 0: `ttpu_tensor_ndim_checked` reports an invalid handle as an error
+// (as do `ttpu_tensor_dtype`, -1, and `ttpu_tensor_numel`, -1).
 size_t ttpu_tensor_ndim(const struct ttpu_tensor_t *tensor);
+
+// Writes the number of dimensions to `*out_ndim`; INVALID_ARGUMENT (and
+// nothing written) for NULL, a destroyed handle or another type's
+// pointer. Since API 1.7.
+struct ttpu_error_t *ttpu_tensor_ndim_checked(const struct ttpu_tensor_t *tensor, size_t *out_ndim);
 
 // The sizes (`ndim` entries). Borrowed: valid while the handle lives.
 const int64_t *ttpu_tensor_sizes(const struct ttpu_tensor_t *tensor);

@@ -161,11 +161,23 @@ pub unsafe extern "C" fn ttpu_tensor_dtype(tensor: *const ttpu_tensor_t) -> i32 
 }
 
 /// The number of dimensions, or 0 for an invalid handle. A 0-d tensor also
-/// has 0: tell them apart with `ttpu_tensor_dtype` (-1 for an invalid handle)
-/// or `ttpu_tensor_numel` (-1).
+/// has 0: `ttpu_tensor_ndim_checked` reports an invalid handle as an error
+/// (as do `ttpu_tensor_dtype`, -1, and `ttpu_tensor_numel`, -1).
 #[no_mangle]
 pub unsafe extern "C" fn ttpu_tensor_ndim(tensor: *const ttpu_tensor_t) -> usize {
     ttpu_tensor_t::borrow(tensor, "").map_or(0, |h| h.t.rank())
+}
+
+/// Writes the number of dimensions to `*out_ndim`; INVALID_ARGUMENT (and
+/// nothing written) for NULL, a destroyed handle or another type's
+/// pointer. Since API 1.7.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_tensor_ndim_checked(tensor: *const ttpu_tensor_t, out_ndim: *mut usize) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let what = "ttpu_tensor_ndim_checked";
+        let h = ttpu_tensor_t::borrow(tensor, what)?;
+        write_out(out_ndim, what, h.t.rank())
+    })
 }
 
 /// The sizes (`ndim` entries). Borrowed: valid while the handle lives.

@@ -190,6 +190,21 @@ int main(void) {
         ttpu_tensor_destroy(b8);
     }
 
+    /* ndim that can fail: a 0-d tensor is 0, an invalid handle an error. */
+    {
+        const float one = 1.0f;
+        ttpu_tensor_t *scalar = from_host(rt, &one, sizeof one, TTPU_DTYPE_FLOAT32, NULL, 0);
+        size_t nd = 99;
+        CHECK_OK(ttpu_tensor_ndim_checked(scalar, &nd));
+        CHECK(nd == 0 && ttpu_tensor_ndim(scalar) == 0);
+        ttpu_tensor_destroy(scalar);
+        nd = 99;
+        CHECK_CODE_MSG(ttpu_tensor_ndim_checked(scalar, &nd), TTPU_CODE_INVALID_ARGUMENT, "already destroyed");
+        CHECK(nd == 99 && ttpu_tensor_ndim(scalar) == 0);
+        CHECK_CODE(ttpu_tensor_ndim_checked(NULL, &nd), TTPU_CODE_INVALID_ARGUMENT);
+        CHECK_CODE(ttpu_tensor_ndim_checked(tl, NULL), TTPU_CODE_INVALID_ARGUMENT);
+    }
+
     ttpu_tensor_destroy(tf2);
     ttpu_tensor_destroy(tl);
     ttpu_tensor_destroy(tu);
