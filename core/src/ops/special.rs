@@ -27,6 +27,18 @@ fn float_unary(cx: &mut Cx, x: V, body: impl FnOnce(&mut Func, V) -> V) -> V {
     cx.f.convert(y, d)
 }
 
+/// Registers `aten::name(Tensor self) -> Tensor` (and `name_` when
+/// `inplace`) as `body` on a float result ([`float_unary`]).
+fn float_op(r: &mut Builder, name: &str, inplace: bool, body: fn(&mut Func, V) -> V) {
+    let decl = format!("aten::{name}(Tensor self) -> Tensor");
+    let lower = move |cx: &mut Cx, a: &Args| Ok(vec![float_unary(cx, a.tensor(0)?, body)]);
+    if inplace {
+        r.op_and_inplace(&decl, lower);
+    } else {
+        r.op(&decl, lower);
+    }
+}
+
 /// `body(a, b)` on the promoted operands, as a float result.
 fn float_binary(cx: &mut Cx, a: &Args, name: &str, ints: bool, body: fn(&mut Func, V, V) -> V) -> Result<Vec<V>> {
     let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
@@ -90,6 +102,16 @@ fn i0(f: &mut Func, x: V) -> V {
 
 /// digamma with PyTorch's values at the poles: `digamma(±0) = ∓inf`, NaN
 /// at the negative integers.
+/// Whether `x` is 0 or a negative integer: the poles of lgamma, digamma and
+/// the Hurwitz zeta's `q`.
+fn nonpositive_integer(f: &mut Func, x: V) -> V {
+    let fl = f.unary("stablehlo.floor", x);
+    let int = f.compare(Cmp::Eq, fl, x);
+    let zero = f.full_like(x, 0.0);
+    let nonpos = f.compare(Cmp::Le, x, zero);
+    f.and(int, nonpos)
+}
+
 fn digamma(f: &mut Func, x: V) -> V {
     let y = f.unary("chlo.digamma", x);
     // PyTorch: digamma(±0) = ∓inf, NaN at the negative integers.
@@ -101,10 +123,8 @@ fn digamma(f: &mut Func, x: V) -> V {
     let r = f.div(one, x);
     let neg_zero = f.compare(Cmp::Lt, r, zero);
     let z = f.select(neg_zero, inf, ninf);
-    let fl = f.unary("stablehlo.floor", x);
-    let int = f.compare(Cmp::Eq, fl, x);
-    let neg = f.compare(Cmp::Lt, x, zero);
-    let pole = f.and(int, neg);
+    // (Zero is among the poles too, but takes its signed infinity below.)
+    let pole = nonpositive_integer(f, x);
     let nan = f.full_like(x, f64::NAN);
     let y = f.select(pole, nan, y);
     f.select(is_zero, z, y)
@@ -133,100 +153,66 @@ fn register_unary(r: &mut Builder) {
             f.unary("stablehlo.log", q)
         })])
     });
-    r.op_and_inplace("aten::lgamma(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, |f, x| {
-            let y = f.unary("chlo.lgamma", x);
-            // Poles (0 and the negative integers) are +inf, as C's lgamma.
-            let fl = f.unary("stablehlo.floor", x);
-            let int = f.compare(Cmp::Eq, fl, x);
-            let zero = f.full_like(x, 0.0);
-            let nonpos = f.compare(Cmp::Le, x, zero);
-            let pole = f.and(int, nonpos);
-            let inf = f.full_like(x, f64::INFINITY);
-            f.select(pole, inf, y)
-        })])
+    float_op(r, "lgamma", true, |f, x| {
+        let y = f.unary("chlo.lgamma", x);
+        // Poles (0 and the negative integers) are +inf, as C's lgamma.
+        let pole = nonpositive_integer(f, x);
+        let inf = f.full_like(x, f64::INFINITY);
+        f.select(pole, inf, y)
     });
-    r.op_and_inplace("aten::digamma(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, digamma)])
+    float_op(r, "digamma", true, digamma);
+    float_op(r, "sinc", true, |f, x| {
+        // x == 0 ? 1 : sin(pi x) / (pi x)
+        let pi = f.full_like(x, std::f64::consts::PI);
+        let p = f.mul(pi, x);
+        let s = f.unary("stablehlo.sine", p);
+        let q = f.div(s, p);
+        let zero = f.full_like(x, 0.0);
+        let one = f.full_like(x, 1.0);
+        let z = f.compare(Cmp::Eq, x, zero);
+        f.select(z, one, q)
     });
-    r.op_and_inplace("aten::sinc(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, |f, x| {
-            // x == 0 ? 1 : sin(pi x) / (pi x)
-            let pi = f.full_like(x, std::f64::consts::PI);
-            let p = f.mul(pi, x);
-            let s = f.unary("stablehlo.sine", p);
-            let q = f.div(s, p);
-            let zero = f.full_like(x, 0.0);
-            let one = f.full_like(x, 1.0);
-            let z = f.compare(Cmp::Eq, x, zero);
-            f.select(z, one, q)
-        })])
-    });
-    r.op_and_inplace("aten::i0(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, i0)])
-    });
-    r.op_and_inplace("aten::erfc(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, |f, x| f.unary("chlo.erfc", x))])
-    });
+    float_op(r, "i0", true, i0);
+    float_op(r, "erfc", true, |f, x| f.unary("chlo.erfc", x));
     // angle of a real number: pi for negatives, 0 otherwise, NaN for NaN.
-    r.op("aten::angle(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, |f, x| {
-            let zero = f.full_like(x, 0.0);
-            let pi = f.full_like(x, std::f64::consts::PI);
-            let neg = f.compare(Cmp::Lt, x, zero);
-            let y = f.select(neg, pi, zero);
-            let nan = f.compare(Cmp::Ne, x, x);
-            f.select(nan, x, y)
-        })])
+    float_op(r, "angle", false, |f, x| {
+        let zero = f.full_like(x, 0.0);
+        let pi = f.full_like(x, std::f64::consts::PI);
+        let neg = f.compare(Cmp::Lt, x, zero);
+        let y = f.select(neg, pi, zero);
+        let nan = f.compare(Cmp::Ne, x, x);
+        f.select(nan, x, y)
     });
-    r.op("aten::special_i0e(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        Ok(vec![float_unary(cx, x, i0e)])
+    float_op(r, "special_i0e", false, i0e);
+    // 0.5 erfc(-x / sqrt 2)
+    float_op(r, "special_ndtr", false, |f, x| {
+        let c = f.full_like(x, -std::f64::consts::FRAC_1_SQRT_2);
+        let t = f.mul(x, c);
+        let e = f.unary("chlo.erfc", t);
+        let half = f.full_like(x, 0.5);
+        f.mul(half, e)
     });
-    r.op("aten::special_ndtr(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        // 0.5 erfc(-x / sqrt 2)
-        Ok(vec![float_unary(cx, x, |f, x| {
-            let c = f.full_like(x, -std::f64::consts::FRAC_1_SQRT_2);
-            let t = f.mul(x, c);
-            let e = f.unary("chlo.erfc", t);
-            let half = f.full_like(x, 0.5);
-            f.mul(half, e)
-        })])
+    // sqrt 2 erfinv(2p - 1): -inf at 0, inf at 1, NaN outside [0, 1].
+    float_op(r, "special_ndtri", false, |f, p| {
+        let two = f.full_like(p, 2.0);
+        let one = f.full_like(p, 1.0);
+        let t = f.mul(two, p);
+        let t = f.sub(t, one);
+        let e = f.unary("chlo.erf_inv", t);
+        let c = f.full_like(p, std::f64::consts::SQRT_2);
+        f.mul(c, e)
     });
-    r.op("aten::special_ndtri(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        // sqrt 2 erfinv(2p - 1): -inf at 0, inf at 1, NaN outside [0, 1].
-        Ok(vec![float_unary(cx, x, |f, p| {
-            let two = f.full_like(p, 2.0);
-            let one = f.full_like(p, 1.0);
-            let t = f.mul(two, p);
-            let t = f.sub(t, one);
-            let e = f.unary("chlo.erf_inv", t);
-            let c = f.full_like(p, std::f64::consts::SQRT_2);
-            f.mul(c, e)
-        })])
-    });
-    r.op("aten::special_entr(Tensor self) -> Tensor", |cx, a| {
-        let x = a.tensor(0)?;
-        // -x ln x for x > 0, 0 at 0, -inf below, NaN for NaN.
-        Ok(vec![float_unary(cx, x, |f, x| {
-            let l = f.unary("stablehlo.log", x);
-            let p = f.mul(x, l);
-            let y = f.neg(p);
-            let zero = f.full_like(x, 0.0);
-            let ninf = f.full_like(x, f64::NEG_INFINITY);
-            let is_zero = f.compare(Cmp::Eq, x, zero);
-            let below = f.compare(Cmp::Lt, x, zero);
-            let y = f.select(is_zero, zero, y);
-            f.select(below, ninf, y)
-        })])
+    // -x ln x for x > 0, 0 at 0, -inf below, NaN for NaN.
+    float_op(r, "special_entr", false, |f, x| {
+        let l = f.unary("stablehlo.log", x);
+        let p = f.mul(x, l);
+        let y = f.neg(p);
+        let zero = f.full_like(x, 0.0);
+        let ninf = f.full_like(x, f64::NEG_INFINITY);
+        let is_zero = f.compare(Cmp::Eq, x, zero);
+        let below = f.compare(Cmp::Lt, x, zero);
+        let y = f.select(is_zero, zero, y);
+        f.select(below, ninf, y)
     });
     // The in-place form puts the tensor first: `polygamma_(Tensor self, int n)`.
     r.op("aten::polygamma(int n, Tensor self) -> Tensor", |cx, a| polygamma(cx, a.int(0)?, a.tensor(1)?));
@@ -413,13 +399,11 @@ fn zeta(cx: &mut Cx, x: V, q: V) -> V {
     let inf = f.full_like(x, f64::INFINITY);
     let nan = f.full_like(x, f64::NAN);
     let zero = f.full_like(x, 0.0);
-    let q_fl = f.unary("stablehlo.floor", q);
-    let q_int = f.compare(Cmp::Eq, q, q_fl);
     let q_nonpos = f.compare(Cmp::Le, q, zero);
     let x_fl = f.unary("stablehlo.floor", x);
     let x_int = f.compare(Cmp::Eq, x, x_fl);
     let x_nonint = f.not(x_int);
-    let pole = f.and(q_nonpos, q_int);
+    let pole = nonpositive_integer(f, q);
     let domain = f.and(q_nonpos, x_nonint);
     let result = f.select(domain, nan, result);
     let result = f.select(pole, inf, result);

@@ -23,16 +23,14 @@ use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
 
-use super::{identity, mt, square};
+use super::{check_info, identity, mt, square};
 use crate::shape;
 
 pub(super) fn register(r: &mut Builder) {
     r.op("aten::linalg_cholesky_ex(Tensor self, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)", |cx, a| {
         let (l, info) = cholesky(cx, a.tensor(0)?, a.bool(1)?)?;
         if a.bool(2)? {
-            let zero = cx.f.full_like(info, 0.0);
-            let ok = cx.f.compare(Cmp::Eq, info, zero);
-            cx.check_values(ok, "linalg.cholesky: The factorization could not be completed because the input is not positive-definite");
+            check_info(cx, info, "linalg.cholesky: The factorization could not be completed because the input is not positive-definite");
         }
         Ok(vec![l, info])
     });

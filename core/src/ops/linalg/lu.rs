@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
 
-use super::{identity, mt, square};
+use super::{check_info, identity, mt, square};
 use crate::ops::common::counted_loop;
 use crate::shape;
 
@@ -142,12 +142,6 @@ fn factor_transposed(cx: &mut Cx, a: V, what: &str) -> Result<Factor> {
     square(cx, &cx.dims(a), what)?;
     let at = mt(cx, a);
     factor(cx, at, what)
-}
-
-fn check_info(cx: &mut Cx, info: V, message: &str) {
-    let zero = cx.f.full_like(info, 0.0);
-    let ok = cx.f.compare(Cmp::Eq, info, zero);
-    cx.check_values(ok, message);
 }
 
 /// A factorization: `lu` in opmath `[..., m, n]`, `piv` int32

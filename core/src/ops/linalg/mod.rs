@@ -414,6 +414,14 @@ fn square(cx: &Cx, dims: &[i64], what: &str) -> Result<()> {
     Ok(())
 }
 
+/// `check_errors=True`: a factorization's nonzero `info` is reported (by
+/// the device check, at the next host read) with `message`.
+fn check_info(cx: &mut Cx, info: V, message: &str) {
+    let zero = cx.f.full_like(info, 0.0);
+    let ok = cx.f.compare(Cmp::Eq, info, zero);
+    cx.check_values(ok, message);
+}
+
 /// Swaps the last two dims.
 fn mt(cx: &mut Cx, x: V) -> V {
     let r = cx.rank(x);

@@ -146,20 +146,14 @@ fn total(f: &mut Func, x: V, dims: &[usize]) -> V {
 fn qr_step(f: &mut Func, s: &[V], j: V, b: i64, m: i64, n: i64, k: i64) -> Vec<V> {
     let (a, taus) = (s[0], s[1]);
     let bmn = [b, m, n];
-    let ti = Ty::new(Elem::I64, &bmn);
-    let rows = f.iota(&ti, 1);
-    let cols = f.iota(&ti, 2);
-    let jb = f.broadcast_in_dim(j, &[], &bmn);
+    let Column { rows, cols, jb, xmask, xv } = column(f, a, j, b, m, n);
     let zero = f.full_like(a, 0.0);
     let in_col = f.compare(Cmp::Eq, cols, jb);
     let at_row = f.compare(Cmp::Eq, rows, jb);
-    let below = f.compare(Cmp::Gt, rows, jb);
     // alpha = a[j, j]; x = a[r > j, j].
     let diag = f.and(in_col, at_row);
     let av = f.select(diag, a, zero);
     let alpha = total(f, av, &[1, 2]);
-    let xmask = f.and(in_col, below);
-    let xv = f.select(xmask, a, zero);
     let x2 = f.mul(xv, xv);
     let xnorm2 = total(f, x2, &[1, 2]);
     let zb = f.full_like(alpha, 0.0);
@@ -217,19 +211,35 @@ fn qr_step(f: &mut Func, s: &[V], j: V, b: i64, m: i64, n: i64, k: i64) -> Vec<V
     vec![a, taus]
 }
 
-/// Reflector `j` of packed `a` `[b, m, n]` as a vector `[b, m]`: 1 at row
-/// `j`, the stored entries below it, 0 above.
-fn reflector(f: &mut Func, a: V, j: V, b: i64, m: i64, n: i64) -> V {
+/// Column `j` of `a` `[b, m, n]`: the row and column indices, `j`
+/// broadcast, the mask of the entries below the diagonal, and those entries
+/// (zero elsewhere).
+struct Column {
+    rows: V,
+    cols: V,
+    jb: V,
+    xmask: V,
+    xv: V,
+}
+
+fn column(f: &mut Func, a: V, j: V, b: i64, m: i64, n: i64) -> Column {
     let bmn = [b, m, n];
     let ti = Ty::new(Elem::I64, &bmn);
     let rows = f.iota(&ti, 1);
     let cols = f.iota(&ti, 2);
     let jb = f.broadcast_in_dim(j, &[], &bmn);
-    let zero = f.full_like(a, 0.0);
     let in_col = f.compare(Cmp::Eq, cols, jb);
     let below = f.compare(Cmp::Gt, rows, jb);
     let xmask = f.and(in_col, below);
+    let zero = f.full_like(a, 0.0);
     let xv = f.select(xmask, a, zero);
+    Column { rows, cols, jb, xmask, xv }
+}
+
+/// Reflector `j` of packed `a` `[b, m, n]` as a vector `[b, m]`: 1 at row
+/// `j`, the stored entries below it, 0 above.
+fn reflector(f: &mut Func, a: V, j: V, b: i64, m: i64, n: i64) -> V {
+    let xv = column(f, a, j, b, m, n).xv;
     let v = total(f, xv, &[2]);
     let tbm = Ty::new(Elem::I64, &[b, m]);
     let rv = f.iota(&tbm, 1);

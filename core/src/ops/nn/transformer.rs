@@ -22,13 +22,13 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Reducer, V};
+use crate::hlo::{Cmp, V};
 use crate::ops::elementwise::gelu;
 use crate::ops::linalg::{linear, matmul};
 use crate::ops::{Args, Builder, Cx};
 use crate::shape::fmt;
 
-use super::{expand_reduced, layer_norm, lowest, require_float, sum};
+use super::{layer_norm, require_float, softmax, sum};
 
 pub(super) fn register(r: &mut Builder) {
     r.op(
@@ -42,7 +42,7 @@ pub(super) fn register(r: &mut Builder) {
             }
             let dim = crate::shape::wrap_dim(&cx.op, a.opt_int(2).unwrap_or(rank as i64 - 1), rank)?;
             let closed = closed_mask(cx, a.tensor(1)?, a.opt_int(3), &cx.dims(x))?;
-            Ok(vec![masked_softmax(cx, x, Some(closed), dim, d)])
+            Ok(vec![masked_softmax(cx, x, Some(closed), dim, d)?])
         },
     );
     r.op(
@@ -219,7 +219,7 @@ fn attention(
         Some(m) => Some(closed_mask(cx, m, mask_type, &[b, h, l, s])?),
         None => None,
     };
-    let attn = masked_softmax(cx, scores, closed, 3, d);
+    let attn = masked_softmax(cx, scores, closed, 3, d)?;
     let out = matmul(cx, attn, v)?;
     let out = cx.f.transpose(out, &[0, 2, 1, 3]);
     let out = cx.f.reshape(out, &[b, l, e]);
@@ -265,13 +265,11 @@ fn closed_mask(cx: &mut Cx, mask: V, mask_type: Option<i64>, sdims: &[i64]) -> R
     }
 }
 
-/// Softmax of `x` along `dim` in opmath, rounded to `out`, with `closed`
-/// positions at probability 0 (a row with every position closed is NaN, as
-/// PyTorch's CPU kernel makes it).
-fn masked_softmax(cx: &mut Cx, x: V, closed: Option<V>, dim: usize, out: DType) -> V {
-    let dims = cx.dims(x);
+/// Softmax of `x` along `dim` (nn's [`softmax`]: opmath, rounded to `out`)
+/// with `closed` positions set to -inf first, so they get probability 0 (a
+/// row with every position closed is NaN, as PyTorch's CPU kernel makes it).
+fn masked_softmax(cx: &mut Cx, x: V, closed: Option<V>, dim: usize, out: DType) -> Result<V> {
     let xc = cx.f.convert(x, out.opmath());
-    let elem = cx.ty(xc).elem;
     let xc = match closed {
         Some(c) => {
             let ninf = cx.f.full_like(xc, f64::NEG_INFINITY);
@@ -279,13 +277,5 @@ fn masked_softmax(cx: &mut Cx, x: V, closed: Option<V>, dim: usize, out: DType) 
         }
         None => xc,
     };
-    let init = lowest(&mut cx.f, elem);
-    let m = cx.f.reduce(xc, init, &[dim], Reducer::Max);
-    let m = expand_reduced(cx, m, &dims, &[dim]);
-    let shifted = cx.f.sub(xc, m);
-    let ex = cx.f.unary("stablehlo.exponential", shifted);
-    let total = sum(cx, ex, &[dim]);
-    let total = expand_reduced(cx, total, &dims, &[dim]);
-    let y = cx.f.div(ex, total);
-    cx.f.convert(y, out)
+    softmax(cx, xc, dim as i64, false, out)
 }
