@@ -11,6 +11,7 @@
 //! [`crate::runtime`].
 
 mod amp;
+mod bessel;
 mod bucket;
 mod catalog;
 mod variants;
@@ -23,6 +24,7 @@ mod index;
 mod linalg;
 mod nn;
 mod optim;
+mod polynomial;
 mod random;
 mod reduce;
 mod scan;
@@ -747,6 +749,8 @@ impl Registry {
         amp::register(&mut b);
         spatial::register(&mut b);
         special::register(&mut b);
+        polynomial::register(&mut b);
+        bessel::register(&mut b);
         ieee::register(&mut b);
         random::register(&mut b);
         copy::register(&mut b);
