@@ -19,6 +19,7 @@ pub mod common;
 mod copy;
 mod creation;
 mod elementwise;
+mod gamma;
 mod ieee;
 mod index;
 mod linalg;
@@ -751,6 +752,7 @@ impl Registry {
         special::register(&mut b);
         polynomial::register(&mut b);
         bessel::register(&mut b);
+        gamma::register(&mut b);
         ieee::register(&mut b);
         random::register(&mut b);
         copy::register(&mut b);
