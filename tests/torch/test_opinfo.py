@@ -1,6 +1,7 @@
 """Conformance through PyTorch's own OpInfo database: every op's sample
 inputs run on "tpu" and on "cpu" and must agree, forward (float32 and
-bfloat16) and backward (float32, where the op supports autograd).
+bfloat16; ops without float kernels at their first integer or bool dtype)
+and backward (float32, where the op supports autograd).
 
 Each OpInfo is one test. Its outcome:
 - pass: every sample that ran agreed with the CPU;
@@ -151,6 +152,19 @@ def _ops():
             for op in op_db]
 
 
+# Ops defined only on integers or bools (bitwise ops, gcd, bincount,
+# one_hot, ...) run at the first of these their CPU kernel takes.
+EXACT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+
+
+def _dtypes(op):
+    """float32 and bfloat16 where the CPU kernel takes them; for an op
+    without float kernels, its first integer or bool dtype."""
+    cpu = op.supported_dtypes("cpu")
+    floats = [d for d in (torch.float32, torch.bfloat16) if d in cpu]
+    return floats or [d for d in EXACT_DTYPES if d in cpu][:1]
+
+
 @pytest.mark.parametrize("op", _ops())
 def test_opinfo(op):
     name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
@@ -159,10 +173,7 @@ def test_opinfo(op):
     counts = RESULTS[name]
     missing: set[str] = set()
     ran = 0
-    cpu_dtypes = op.supported_dtypes("cpu")
-    for dtype in (torch.float32, torch.bfloat16):
-        if dtype not in cpu_dtypes:
-            continue
+    for dtype in _dtypes(op):
         grad = dtype == torch.float32 and op.supports_autograd
         samples = op.sample_inputs("cpu", dtype, requires_grad=grad)
         for i, sample in enumerate(samples):

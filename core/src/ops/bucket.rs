@@ -16,9 +16,10 @@ use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::shape;
 
 use super::common::{materialize, result_dtype, Ew};
-use super::{Args, Builder, Cx};
+use super::{Composite, Args, Builder, Cx};
 
 pub fn register(r: &mut Builder) {
+    r.composite("aten::bincount(Tensor self, Tensor? weights=None, SymInt minlength=0) -> Tensor", Composite::Bincount);
     r.op(
         "aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, \
          str? side=None, Tensor? sorter=None) -> Tensor",
@@ -69,7 +70,7 @@ fn side_right(cx: &Cx, a: &Args, right_at: usize, side_at: usize) -> Result<bool
     }
 }
 
-fn bucketize(cx: &mut Cx, x: Ew, boundaries: V, out_int32: bool, right: bool) -> Result<V> {
+pub(super) fn bucketize(cx: &mut Cx, x: Ew, boundaries: V, out_int32: bool, right: bool) -> Result<V> {
     let bd = cx.dims(boundaries);
     if bd.len() != 1 {
         bail_op!(&*cx.op, "boundaries tensor must be 1 dimension, but got dim({})", bd.len());
@@ -179,7 +180,7 @@ fn search(cx: &mut Cx, seq: V, values: Ew, right: bool, out_int32: bool, sorter:
 }
 
 /// `flat[idx]` for an int64 index vector of `n` entries.
-fn gather1(cx: &mut Cx, flat: V, idx: V, n: i64) -> V {
+pub(super) fn gather1(cx: &mut Cx, flat: V, idx: V, n: i64) -> V {
     let i = cx.f.reshape(idx, &[n, 1]);
     cx.f.gather(flat, i, &[], &[0], &[0], 1, &[1], &[n])
 }

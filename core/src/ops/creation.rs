@@ -270,6 +270,61 @@ fn register_ranges(r: &mut Builder) {
     r.op(&format!("aten::eye.m(SymInt n, SymInt m, *, {FACTORY}) -> Tensor"), move |cx, a| {
         Ok(vec![eye(cx, a.int(0)?, a.int(1)?, a.opt_dtype(2).unwrap_or(DType::DEFAULT_FLOAT))?])
     });
+    for (name, upper) in [("triu_indices", true), ("tril_indices", false)] {
+        r.op(&format!("aten::{name}(int row, int col, int offset=0, *, {FACTORY}) -> Tensor"), move |cx, a| {
+            let d = a.opt_dtype(3).unwrap_or(DType::I64);
+            Ok(vec![triangle_indices(cx, a.int(0)?, a.int(1)?, a.int(2)?, upper, d)?])
+        });
+    }
+}
+
+/// The coordinates of the upper (`triu_indices`) or lower triangle of a
+/// `row` x `col` matrix past the diagonal `offset`, row by row, as a
+/// `2 x N` tensor. Only the per-row counts are constants (O(row)); entry k
+/// finds its row by a binary search over their running sums (as
+/// `bucketize`), so a large triangle is not a large constant.
+fn triangle_indices(cx: &mut Cx, row: i64, col: i64, offset: i64, upper: bool, d: DType) -> Result<V> {
+    if row < 0 || col < 0 {
+        bail_op!(&*cx.op, "row and col must be non-negative, got row {row} and col {col}");
+    }
+    // First column and count of each row.
+    let mut first = Vec::with_capacity(row as usize);
+    let mut ends = Vec::with_capacity(row as usize);
+    let mut starts = Vec::with_capacity(row as usize);
+    let mut total: i64 = 0;
+    for r in 0..row {
+        let diag = r.saturating_add(offset);
+        let (c0, n) = if upper {
+            let c0 = diag.clamp(0, col);
+            (c0, col - c0)
+        } else {
+            (0, diag.saturating_add(1).clamp(0, col))
+        };
+        starts.push(total);
+        first.push(c0);
+        total = total
+            .checked_add(n)
+            .filter(|t| shape::checked_numel(&cx.op, &[2, *t], 8).is_ok())
+            .ok_or_else(|| crate::Error::op(&*cx.op, format!("{row} x {col} triangle has too many entries")))?;
+        ends.push(total);
+    }
+    if total == 0 {
+        let e = cx.f.splat(&Ty::new(Elem::I64, &[2, 0]), 0.0);
+        return Ok(cx.f.convert(e, d));
+    }
+    let k = cx.f.iota(&Ty::new(Elem::I64, &[total]), 0);
+    let ends = cx.f.const_i64s(&ends);
+    let r = super::bucket::bucketize(cx, super::common::Ew::T(k), ends, false, true)?;
+    let starts = cx.f.const_i64s(&starts);
+    let first = cx.f.const_i64s(&first);
+    let s = super::bucket::gather1(cx, starts, r, total);
+    let c0 = super::bucket::gather1(cx, first, r, total);
+    let within = cx.f.sub(k, s);
+    let c = cx.f.add(within, c0);
+    let r = cx.f.reshape(r, &[1, total]);
+    let c = cx.f.reshape(c, &[1, total]);
+    let both = cx.f.concatenate(&[r, c], 0);
+    Ok(cx.f.convert(both, d))
 }
 
 // ------------------------------------------------------------------- random

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::hlo::{Cmp, Func, V};
 
 use super::common::{float_of, materialize, prepare, result_dtype, Ew};
-use super::{Cx, Builder};
+use super::{Args, Builder, Cx};
 
 pub fn register(r: &mut Builder) {
     register_unary(r);
@@ -647,5 +647,116 @@ fn register_compare_logical(r: &mut Builder) {
                 Ok(vec![cx.f.binary(op, vs[0], vs[1])])
             });
         }
+    }    for (name, left) in [("bitwise_left_shift", true), ("bitwise_right_shift", false)] {
+        for (overload, other) in [("Tensor", "Tensor"), ("Tensor_Scalar", "Scalar")] {
+            let decl = format!("aten::{name}.{overload}(Tensor self, {other} other) -> Tensor");
+            r.op_and_inplace(&decl, move |cx, a| shift(cx, a, left));
+        }
+        r.op(&format!("aten::{name}.Scalar_Tensor(Scalar self, Tensor other) -> Tensor"), move |cx, a| shift(cx, a, left));
     }
+    // The Python operators `<<`, `>>`, `<<=` and `>>=`.
+    for (op, left) in [("lshift", true), ("rshift", false)] {
+        for other in ["Scalar", "Tensor"] {
+            r.op(&format!("aten::__{op}__.{other}(Tensor self, {other} other) -> Tensor"), move |cx, a| shift(cx, a, left));
+            r.op(&format!("aten::__i{op}__.{other}(Tensor(a!) self, {other} other) -> Tensor(a!)"), move |cx, a| {
+                shift(cx, a, left)
+            });
+        }
+    }
+    for (name, lcm) in [("gcd", false), ("lcm", true)] {
+        r.op_and_inplace(&format!("aten::{name}(Tensor self, Tensor other) -> Tensor"), move |cx, a| gcd_lcm(cx, a, lcm));
+    }
+}
+
+/// Integer shifts as PyTorch's CPU kernels define them for any amount: a
+/// left shift by a negative amount or by the width or more is 0; a right
+/// shift by such an amount fills with the sign (`a >> (width - 1)` for
+/// signed types, 0 for unsigned).
+fn shift(cx: &mut Cx, a: &Args, left: bool) -> Result<Vec<V>> {
+    let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+    let d = result_dtype(cx, &[x, y]);
+    if !d.is_int() {
+        let name = if left { "lshift_cpu" } else { "rshift_cpu" };
+        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
+    }
+    let (vs, _) = prepare(cx, &[x, y], d)?;
+    let (x, n) = (vs[0], vs[1]);
+    let bits = (d.size() * 8) as f64;
+    let f = &mut cx.f;
+    let zero = f.full_like(n, 0.0);
+    let neg = f.compare(Cmp::Lt, n, zero);
+    let limit = f.full_like(n, if left || !d.is_signed() { bits } else { bits - 1.0 });
+    let over = f.compare(Cmp::Ge, n, limit);
+    let out_of_range = f.or(neg, over);
+    Ok(vec![if left {
+        let y = f.binary("stablehlo.shift_left", x, n);
+        f.select(out_of_range, zero, y)
+    } else if d.is_signed() {
+        let y = f.binary("stablehlo.shift_right_arithmetic", x, n);
+        let sign = f.full_like(n, bits - 1.0);
+        let fill = f.binary("stablehlo.shift_right_arithmetic", x, sign);
+        f.select(out_of_range, fill, y)
+    } else {
+        let y = f.binary("stablehlo.shift_right_logical", x, n);
+        f.select(out_of_range, zero, y)
+    }])
+}
+
+/// `gcd` by Euclid's algorithm on |a| and |b| (one `stablehlo.while` until
+/// every element's remainder is 0, at most ~92 steps for int64), and
+/// `lcm = |a / gcd * b|` (0 where the gcd is 0). As on the CPU, results
+/// wrap where they overflow (types narrower than int32 take |.| in int32
+/// first, as C++'s promotion does).
+fn gcd_lcm(cx: &mut Cx, a: &Args, lcm: bool) -> Result<Vec<V>> {
+    let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+    let d = result_dtype(cx, &[x, y]);
+    if !d.is_int() {
+        let name = if lcm { "lcm_cpu" } else { "gcd_cpu" };
+        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
+    }
+    let (vs, _) = prepare(cx, &[x, y], d)?;
+    // (stablehlo.abs takes signed types only.)
+    let (ax, bx) = if d.is_signed() {
+        (cx.f.unary("stablehlo.abs", vs[0]), cx.f.unary("stablehlo.abs", vs[1]))
+    } else {
+        (vs[0], vs[1])
+    };
+    let ty = cx.ty(ax).clone();
+    let rank = ty.rank();
+    let tys = [ty.clone(), ty.clone()];
+    // while any(a != 0): (a, b) = (b % a, a)
+    let cond = cx.f.region(&tys, |f, s| {
+        let zero = f.full_like(s[0], 0.0);
+        let nz = f.compare(Cmp::Ne, s[0], zero);
+        let no = f.splat(&crate::hlo::Ty::scalar(crate::hlo::Elem::Pred), 0.0);
+        vec![f.reduce(nz, no, &(0..rank).collect::<Vec<_>>(), crate::hlo::Reducer::Or)]
+    });
+    let body = cx.f.region(&tys, |f, s| {
+        let (a, b) = (s[0], s[1]);
+        let zero = f.full_like(a, 0.0);
+        let one = f.full_like(a, 1.0);
+        let nz = f.compare(Cmp::Ne, a, zero);
+        // A finished element divides by 1 instead of 0 and keeps its values.
+        let div = f.select(nz, a, one);
+        let r = f.binary("stablehlo.remainder", b, div);
+        vec![f.select(nz, r, a), f.select(nz, a, b)]
+    });
+    let out = cx.f.op("stablehlo.while", &[ax, bx], &[cond, body], "", &tys);
+    let g = out[1];
+    if !lcm {
+        return Ok(vec![g]);
+    }
+    let f = &mut cx.f;
+    let zero = f.full_like(g, 0.0);
+    let one = f.full_like(g, 1.0);
+    let g0 = f.compare(Cmp::Eq, g, zero);
+    let div = f.select(g0, one, g);
+    let q = f.div(vs[0], div);
+    // C++ computes narrower types in int, taking |.| before narrowing back.
+    let wide = if d.size() < 4 { DType::I32 } else { d };
+    let (q, b) = (f.convert(q, wide), f.convert(vs[1], wide));
+    let m = f.mul(q, b);
+    let m = f.unary("stablehlo.abs", m);
+    let m = f.convert(m, d);
+    Ok(vec![f.select(g0, zero, m)])
 }

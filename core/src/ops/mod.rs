@@ -526,6 +526,10 @@ pub enum Composite {
     /// zeros. A storage has a fixed size, so the grown one is a new tensor
     /// in `self`'s place, which a frontend with mutable tensors rebinds.
     Resize,
+    /// `bincount`: the inputs' minimum and maximum are read on the host
+    /// once (a sync, as on CUDA) to check them and size the result, then
+    /// the counts (or summed weights) are a `scatter_add`.
+    Bincount,
 }
 
 /// A check of a call's bound arguments ([`OpEntry::check`]).

@@ -9,7 +9,8 @@
 //!   `unique_consecutive` read their run count the same way; `masked_select` is broadcasting
 //!   plus boolean indexing; `native_batch_norm` is PyTorch's translation to
 //!   the `_native_batch_norm_legit` forms; `out=` forms run their
-//!   functional op and copy into `out`; `resize_` grows a storage;
+//!   functional op and copy into `out`; `resize_` grows a storage; `bincount`
+//!   reads its inputs' range on the host once to size its result;
 //! - a result that the schema does not declare an alias of an argument never
 //!   shares an argument's storage ([`Runtime::unaliased`]).
 
@@ -84,6 +85,14 @@ impl Runtime {
                     return Err(Error::op(op, format!("tpu tensors support only contiguous resize_ (memory format {v:?})")));
                 }
                 Ok(vec![self.resize(op, t, sizes)?.into()])
+            }
+            Composite::Bincount => {
+                let weights = bound.get(1).and_then(Value::as_tensor);
+                let minlength = match bound.get(2) {
+                    Some(Value::Int(m)) => *m,
+                    _ => 0,
+                };
+                Ok(vec![self.bincount(op, tensor_arg(op, bound, 0)?, weights, minlength)?.into()])
             }
             Composite::NativeBatchNorm => {
                 // (input, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -249,6 +258,68 @@ impl Runtime {
             empty()?
         };
         Ok([uniques, inv, cnt])
+    }
+
+    /// `bincount`: counts (int64) or summed weights (float32 for float32
+    /// weights, float64 for any other) of each value in `0..=max(x)`, at
+    /// least `minlength` of them. The minimum and maximum are read on the
+    /// host once, to refuse negative values and to size the result.
+    fn bincount(self: &Arc<Self>, op: &str, x: &Tensor, weights: Option<&Tensor>, minlength: i64) -> Result<Tensor> {
+        if x.rank() != 1 || !x.dtype().is_int() {
+            return Err(Error::op(
+                op,
+                format!("bincount only supports 1-d non-negative integral inputs (got {} {})", x.dtype(), shape::fmt(x.sizes())),
+            ));
+        }
+        if minlength < 0 {
+            return Err(Error::op(op, format!("minlength should be >= 0, got {minlength}")));
+        }
+        if let Some(w) = weights {
+            if w.sizes() != x.sizes() {
+                return Err(Error::op(
+                    op,
+                    format!(
+                        "weights should be 1-d and have the same length as input (input {}, weights {})",
+                        shape::fmt(x.sizes()),
+                        shape::fmt(w.sizes())
+                    ),
+                ));
+            }
+        }
+        let n = x.sizes()[0];
+        let size = if n == 0 {
+            minlength
+        } else {
+            let r = self.call("aten::aminmax", &[x.into(), Value::None, Value::Bool(false)])?;
+            let r: Vec<Tensor> = r.into_iter().filter_map(|v| v.as_tensor().cloned()).collect();
+            let both = self.call1("aten::stack", &[Value::TensorList(r), Value::Int(0)])?;
+            let both = self.call1("aten::_to_copy", &[both.into(), Value::DType(DType::I64)])?;
+            let bytes = self.tensor_to_host(&both)?;
+            let lo = i64::from_ne_bytes(bytes[..8].try_into().expect("two int64 values"));
+            let hi = i64::from_ne_bytes(bytes[8..16].try_into().expect("two int64 values"));
+            if lo < 0 {
+                return Err(Error::op(op, format!("bincount only supports 1-d non-negative integral inputs (minimum {lo})")));
+            }
+            hi.checked_add(1)
+                .filter(|&s| shape::checked_numel(op, &[s], 8).is_ok())
+                .ok_or_else(|| Error::op(op, format!("maximum value {hi} gives too many bins")))?
+                .max(minlength)
+        };
+        let dtype = match weights.map(Tensor::dtype) {
+            None => DType::I64,
+            Some(DType::F32) => DType::F32,
+            Some(_) => DType::F64,
+        };
+        let zeros = self.call1("aten::zeros", &[Value::IntList(vec![size]), Value::DType(dtype)])?;
+        if n == 0 {
+            return Ok(zeros);
+        }
+        let src = match weights {
+            Some(w) => self.call1("aten::_to_copy", &[w.into(), Value::DType(dtype)])?,
+            None => self.call1("aten::ones", &[Value::IntList(vec![n]), Value::DType(dtype)])?,
+        };
+        let index = self.call1("aten::_to_copy", &[x.into(), Value::DType(DType::I64)])?;
+        self.call1("aten::scatter_add", &[zeros.into(), Value::Int(0), index.into(), src.into()])
     }
 
     fn nonzero(self: &Arc<Self>, x: &Tensor) -> Result<Tensor> {
