@@ -7,8 +7,11 @@ LU with partial pivoting (square and rectangular, batched), lu_unpack,
 lu_solve (left/right, adjoint), solve (matrix and vector right-hand sides),
 inv, det, slogdet, singular input (info, det 0, inv's error); Householder QR
 (geqrf, every qr mode, householder_product, ormqr; a rank-deficient
-matrix); and the gradients through cholesky, det, slogdet, inv, solve and
-qr.
+matrix); the Jacobi SVD (thin and full, wide and tall, batched, condition
+1e3, rank-deficient and zero matrices, pinv, the 2- and nuclear norms,
+cond, float64) and eigh (both triangles, a repeated eigenvalue, condition
+1e6), whose vectors are compared sign-normalized; and the gradients through
+cholesky, det, slogdet, inv, solve, qr and svd.
 
 Tolerances: 1e-4 relative and absolute on results of condition number up
 to 1e3 in float32; 1e-3 for cholesky_inverse and the gradient, whose error
@@ -191,3 +194,103 @@ def test_qr_of_a_rank_deficient_matrix_and_its_gradient():
     q, r = torch.linalg.qr(at)
     (q.sum() + r.sum()).backward()
     _same(at.grad, ac.grad, LOOSE)
+
+
+# ------------------------------------------------ SVD and eigh (Jacobi)
+#
+# Singular vectors and eigenvectors are unique only up to sign, so they are
+# checked through what is unique: the values against LAPACK, the
+# reconstruction, orthonormality, and sign-normalized vectors.
+
+
+def _graded(*batch, m=6, n=4, cond=1e3, seed=7):
+    """Matrices with singular values spread geometrically from 1 to 1/cond."""
+    g = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(*batch, m, m, generator=g))
+    v, _ = torch.linalg.qr(torch.randn(*batch, n, n, generator=g))
+    k = min(m, n)
+    s = torch.logspace(0, -torch.log10(torch.tensor(cond)).item(), k)
+    return (u[..., :, :k] * s) @ v[..., :k, :]
+
+
+def _signed(vectors, k):
+    """Columns scaled by the sign of their largest entry."""
+    v = vectors[..., :k]
+    idx = v.abs().argmax(dim=-2, keepdim=True)
+    return v * torch.sign(v.gather(-2, idx))
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (3, 5, 5), (2, 1, 7), (9, 1)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(shape, full):
+    *batch, m, n = shape
+    a = _graded(*batch, m=m, n=n)
+    u, s, vh = torch.linalg.svd(_t(a), full_matrices=full)
+    cu, cs, cvh = torch.linalg.svd(a, full_matrices=full)
+    assert (u.shape, s.shape, vh.shape) == (cu.shape, cs.shape, cvh.shape)
+    u, s, vh = u.cpu(), s.cpu(), vh.cpu()
+    _same(s, cs)
+    k = min(m, n)
+    torch.testing.assert_close((u[..., :k] * s.unsqueeze(-2)) @ vh[..., :k, :], a, **TOL)
+    eye = lambda r: torch.eye(r).expand(*batch, r, r)
+    torch.testing.assert_close(u.mT @ u, eye(u.shape[-1]), **TOL)
+    torch.testing.assert_close(vh @ vh.mT, eye(vh.shape[-2]), **TOL)
+    _same(_signed(u, k), _signed(cu, k))
+
+
+def test_svd_of_rank_deficient_and_zero_matrices():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(2, 6, 2, generator=g) @ torch.randn(2, 2, 5, generator=g)  # rank 2
+    u, s, vh = (t.cpu() for t in torch.linalg.svd(_t(a)))
+    _same(s, torch.linalg.svdvals(a))
+    torch.testing.assert_close(u.mT @ u, torch.eye(6).expand(2, 6, 6), **TOL)  # completed basis
+    torch.testing.assert_close((u[..., :5] * s.unsqueeze(-2)) @ vh, a, **TOL)
+    assert torch.linalg.matrix_rank(_t(a)).cpu().tolist() == [2, 2]
+    u, s, vh = (t.cpu() for t in torch.linalg.svd(torch.zeros(3, 3, device="tpu")))
+    assert torch.equal(s, torch.zeros(3))
+    torch.testing.assert_close(u.mT @ u, torch.eye(3), **TOL)
+
+
+def test_svd_derived_ops_and_float64():
+    a = _graded(5, 4, m=5, n=4, cond=1e2)
+    for fn in (torch.linalg.pinv, lambda x: torch.linalg.matrix_norm(x, ord=2),
+               lambda x: torch.linalg.matrix_norm(x, ord="nuc"), torch.linalg.cond):
+        _same(fn(_t(a)), fn(a), tol=LOOSE)
+    a64 = torch.randn(30, 20, dtype=torch.float64)
+    _same(torch.linalg.svdvals(_t(a64)), torch.linalg.svdvals(a64), tol=dict(rtol=1e-12, atol=1e-12))
+
+
+def test_svd_gradient():
+    a = _graded(2, m=5, n=3, cond=10)
+    def loss(x):
+        u, s, vh = torch.linalg.svd(x, full_matrices=False)
+        return (s ** 2).sum() + (_signed(u, 3) ** 3).sum() + (_signed(vh.mT, 3) ** 3).sum()
+    x, xc = _t(a).requires_grad_(), a.clone().requires_grad_()
+    loss(x).backward()
+    loss(xc).backward()
+    _same(x.grad, xc.grad, tol=LOOSE)
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(uplo):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(3, 6, 6, generator=g)  # not symmetric: only the UPLO triangle counts
+    w, v = (t.cpu() for t in torch.linalg.eigh(_t(a), UPLO=uplo))
+    cw, cv = torch.linalg.eigh(a, UPLO=uplo)
+    _same(w, cw)
+    _same(_signed(v, 6), _signed(cv, 6))
+    _same(torch.linalg.eigvalsh(_t(a), UPLO=uplo), cw)
+    sym = cv @ torch.diag_embed(cw) @ cv.mT
+    torch.testing.assert_close(v @ torch.diag_embed(w) @ v.mT, sym, **TOL)
+
+
+def test_eigh_ill_conditioned_and_repeated():
+    q, _ = torch.linalg.qr(torch.randn(5, 5, generator=torch.Generator().manual_seed(9)))
+    lam = torch.tensor([1e-3, 1.0, 1.0, 2.0, 1e3])  # a repeated eigenvalue
+    a = q @ torch.diag(lam) @ q.T
+    w, v = (t.cpu() for t in torch.linalg.eigh(_t(a)))
+    _same(w, torch.linalg.eigvalsh(a), tol=dict(rtol=1e-4, atol=2e-4))
+    torch.testing.assert_close(v.T @ v, torch.eye(5), **TOL)
+    torch.testing.assert_close(v @ torch.diag(w) @ v.T, a, rtol=1e-4, atol=5e-4)
+    # Hand-checked: [[2, 1], [1, 2]] has eigenvalues 1 and 3.
+    _same(torch.linalg.eigvalsh(torch.tensor([[2.0, 1.0], [1.0, 2.0]], device="tpu")), torch.tensor([1.0, 3.0]))

@@ -9,9 +9,11 @@
 //! Factorizations and solves live in their own files: [`cholesky`]
 //! (Cholesky and triangular solves, on StableHLO's own `cholesky` and
 //! `triangular_solve`), [`lu`] (LU with partial pivoting, and solve,
-//! inverse, determinants on it) and [`qr`] (Householder QR).
+//! inverse, determinants on it), [`qr`] (Householder QR) and [`jacobi`]
+//! (the SVD and the symmetric eigendecomposition).
 
 mod cholesky;
+mod jacobi;
 mod lu;
 mod qr;
 
@@ -27,6 +29,7 @@ pub fn register(r: &mut Builder) {
     cholesky::register(r);
     lu::register(r);
     qr::register(r);
+    jacobi::register(r);
     register_products(r);
     register_fused(r);
     register_cross(r);

@@ -101,16 +101,16 @@ fn float(cx: &Cx, x: V, what: &str) -> Result<DType> {
 
 /// The packed factorization: reflectors below the diagonal, R on and
 /// above (opmath), `tau` `[..., min(m, n)]`.
-struct Packed {
-    a: V,
-    tau: V,
+pub(super) struct Packed {
+    pub(super) a: V,
+    pub(super) tau: V,
     d: DType,
     dims: Vec<i64>,
     m: i64,
     n: i64,
 }
 
-fn geqrf(cx: &mut Cx, x: V, what: &str) -> Result<Packed> {
+pub(super) fn geqrf(cx: &mut Cx, x: V, what: &str) -> Result<Packed> {
     let dims = cx.dims(x);
     if dims.len() < 2 {
         bail_op!(&*cx.op, "{what}: The input tensor A must have at least 2 dimensions.");
@@ -261,7 +261,7 @@ fn upper(cx: &mut Cx, a: V, dims: &[i64]) -> V {
 
 /// The first `cols` columns of `Q = H_0 ... H_{k-1}` (`[batch..., m, cols]`)
 /// from packed reflectors `a` `[batch..., m, n]` and `tau` `[batch..., k]`.
-fn householder_q(cx: &mut Cx, a: V, tau: V, batch: &[i64], m: i64, cols: i64) -> V {
+pub(super) fn householder_q(cx: &mut Cx, a: V, tau: V, batch: &[i64], m: i64, cols: i64) -> V {
     let mut dims = batch.to_vec();
     dims.extend_from_slice(&[m, cols]);
     let r = dims.len();
