@@ -189,3 +189,28 @@ def test_bad_shapes_are_refused_with_the_op_name():
     bad_mask = torch.zeros(5, 5, dtype=torch.bool, device="tpu")
     with pytest.raises(RuntimeError, match=r"does not fit scores .*\(mask_type 0\)"):
         torch.ops.aten._native_multi_head_attention(x, x, x, 8, 2, w, b, pw, pb, bad_mask, False, True, 0)
+
+
+@pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"mask": True}, {"scale": 0.3}])
+def test_flash_attention_for_cpu_op_and_backward(kw):
+    """The fused attention op PyTorch's CPU path calls, with an all -inf
+    mask row (output 0, log-sum-exp 0, as the CPU kernel gives)."""
+    fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g) for n in (5, 7, 7))
+    mask = None
+    if kw.get("mask"):
+        mask = torch.randn(5, 7, generator=g)
+        mask[2] = float("-inf")
+    causal, scale = kw.get("is_causal", False), kw.get("scale")
+    tpu = lambda x: None if x is None else x.to("tpu")
+    out, lse = fwd(q, k, v, is_causal=causal, attn_mask=mask, scale=scale)
+    got = fwd(tpu(q), tpu(k), tpu(v), is_causal=causal, attn_mask=tpu(mask), scale=scale)
+    for a, b in zip(got, (out, lse)):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)
+    grad = torch.randn(out.shape, generator=g)
+    want = bwd(grad, q, k, v, out, lse, 0.0, causal, attn_mask=mask, scale=scale)
+    got = bwd(tpu(grad), tpu(q), tpu(k), tpu(v), tpu(out), tpu(lse), 0.0, causal, attn_mask=tpu(mask), scale=scale)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-5)

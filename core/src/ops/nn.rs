@@ -16,6 +16,7 @@ use super::{bound_f64, Args, Builder, Cx};
 
 mod act;
 mod adaptive;
+mod attention;
 mod grad;
 mod margin;
 mod norm;
@@ -35,6 +36,7 @@ pub fn register(r: &mut Builder) {
     register_backward(r);
     act::register(r);
     adaptive::register(r);
+    attention::register(r);
     grad::register(r);
     margin::register(r);
     norm::register(r);
