@@ -19,6 +19,8 @@ scales with the condition number squared."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -294,3 +296,35 @@ def test_eigh_ill_conditioned_and_repeated():
     torch.testing.assert_close(v @ torch.diag(w) @ v.T, a, rtol=1e-4, atol=5e-4)
     # Hand-checked: [[2, 1], [1, 2]] has eigenvalues 1 and 3.
     _same(torch.linalg.eigvalsh(torch.tensor([[2.0, 1.0], [1.0, 2.0]], device="tpu")), torch.tensor([1.0, 3.0]))
+
+
+def test_matrix_exp_against_float64():
+    """matrix_exp against the float64 CPU result (the float32 CPU kernel is
+    off by up to 5e-2 in entries of 1e-1 when the norm is ~40): no further
+    off than float32 rounding of the result's scale. Zero, 1x1, a batch, a
+    non-finite entry (NaN, as on the CPU) and float64."""
+    g = torch.Generator().manual_seed(0)
+    for a in (torch.randn(3, 4, 4, generator=g), torch.randn(5, 5, generator=g) * 9, torch.zeros(2, 2), torch.randn(1, 1, generator=g)):
+        truth = torch.linalg.matrix_exp(a.double())
+        got = torch.linalg.matrix_exp(_t(a)).cpu().double()
+        assert (got - truth).abs().max() <= 1e-6 * truth.abs().max() + 1e-7
+    bad = torch.tensor([[1.0, float("inf")], [0.0, 1.0]])
+    assert torch.isnan(torch.linalg.matrix_exp(_t(bad)).cpu()).all()
+    a64 = torch.randn(6, 6, dtype=torch.float64, generator=g) * 3
+    _same(torch.linalg.matrix_exp(_t(a64)), torch.linalg.matrix_exp(a64), tol=dict(rtol=1e-12, atol=1e-12))
+    # Hand-checked: exp([[0, t], [-t, 0]]) is the rotation by t.
+    t = 0.7
+    rot = torch.tensor([[math.cos(t), math.sin(t)], [-math.sin(t), math.cos(t)]])
+    _same(torch.linalg.matrix_exp(_t(torch.tensor([[0.0, t], [-t, 0.0]]))), rot, tol=dict(rtol=1e-6, atol=1e-6))
+
+
+def test_matrix_sqrth():
+    g = torch.Generator().manual_seed(1)
+    b = torch.randn(3, 5, 5, generator=g)
+    spd = b @ b.mT + 0.1 * torch.eye(5)
+    root = torch.linalg.matrix_sqrth(_t(spd)).cpu()
+    _same(root, torch.linalg.matrix_sqrth(spd))
+    torch.testing.assert_close(root @ root, spd, rtol=1e-4, atol=1e-4)
+    # An indefinite matrix: its negative eigenvalue counts as 0, as on the CPU.
+    ind = torch.tensor([[1.0, 2.0], [2.0, 1.0]])
+    _same(torch.linalg.matrix_sqrth(_t(ind)), torch.full((2, 2), math.sqrt(3) / 2))

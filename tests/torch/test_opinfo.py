@@ -132,10 +132,51 @@ def _tensors(x):
     return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
 
 
-def _compare(op_name, got, want, dtype):
+def _assert_close(a, b, dtype, truth=None):
+    """`a` (tpu) against `b` (CPU). Where they differ at float32 and a
+    float64 CPU result `truth()` is at hand, `a` passes if it is no further
+    from that than the float32 CPU result is, plus the tolerance: the CPU's
+    float32 kernel is then the inexact one (matrix_exp of a matrix of norm
+    40 is off by 5e-2 in entries of 1e-1)."""
+    tol = TOL.get(dtype, TOL[torch.float32])
+    try:
+        torch.testing.assert_close(a, b, equal_nan=True, **tol)
+    except AssertionError:
+        if truth is None or dtype != torch.float32 or b.dtype != torch.float32:
+            raise
+        t = truth()
+        if t is None or t.shape != b.shape:
+            raise
+        bound = tol["atol"] + tol["rtol"] * t.abs() + (b.double() - t).abs()
+        ok = ((a.double() - t).abs() <= bound) | (torch.isnan(a) & torch.isnan(t))
+        if not bool(ok.all()):
+            raise
+
+
+def _double(x, grad=False):
+    """A float32 tensor as a float64 CPU leaf (other values as they are)."""
+    if isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+        y = x.detach().cpu().double()
+        return y.requires_grad_(grad and x.requires_grad)
+    return x
+
+
+def _float64_outputs(op, sample):
+    try:
+        out = op(*tree_map(_double, [sample.input, *sample.args]), **tree_map(_double, sample.kwargs))
+    except Exception:  # the op has no float64 kernel, or refuses the mix
+        return None
+    return _tensors(out)
+
+
+def _nth(xs, i):
+    return xs[i] if xs is not None and i < len(xs) else None
+
+
+def _compare(op_name, got, want, dtype, truth=None):
     g, w = _tensors(got), _tensors(want)
     assert len(g) == len(w), f"{op_name}: {len(g)} tensors on tpu, {len(w)} on cpu"
-    for a, b in zip(g, w):
+    for i, (a, b) in enumerate(zip(g, w)):
         assert a.device.type == "tpu", f"{op_name}: result on {a.device}"
         a = a.detach().cpu()
         if b.dtype == torch.bool or not (b.is_floating_point() or b.is_complex()):
@@ -144,7 +185,7 @@ def _compare(op_name, got, want, dtype):
                 continue  # bfloat16 inputs have many ties, and tied indices may come in any order
             assert torch.equal(a, b.detach()), f"{op_name}: integer result differs"
         else:
-            torch.testing.assert_close(a, b.detach(), equal_nan=True, **TOL.get(dtype, TOL[torch.float32]))
+            _assert_close(a, b.detach(), dtype, truth and (lambda i=i: _nth(truth(), i)))
 
 
 def _reference(op, sample, dtype):
@@ -182,12 +223,44 @@ def _backward(op, sample, op_name):
     leaves = [t for t in _tensors([tpu_args, tpu_kwargs]) if t.requires_grad]
     outs = [o for o in _tensors(tpu_out) if o.requires_grad and o.is_floating_point()]
     got = torch.autograd.grad(outs, leaves, [c.to("tpu") for c in cot], allow_unused=True)
-    for a, b in zip(got, want):
+
+    def truth():
+        args = tree_map(lambda t: _double(t, True), [sample.input, *sample.args])
+        kwargs = tree_map(lambda t: _double(t, True), sample.kwargs)
+        try:
+            out = op(*args, **kwargs)
+            leaves64 = [t for t in _tensors([args, kwargs]) if t.requires_grad]
+            outs64 = [o for o in _tensors(out) if o.requires_grad and o.is_floating_point()]
+            grads = torch.autograd.grad(outs64, leaves64, [c.double() for c in cot], allow_unused=True)
+        except Exception:
+            return None
+        return list(grads) if len(leaves64) == len(leaves_cpu) else None
+
+    cache = []
+    for i, (a, b) in enumerate(zip(got, want)):
         if b is None:
             continue
         assert a is not None, f"{op_name}: a gradient is missing on tpu"
-        torch.testing.assert_close(a.cpu(), b, equal_nan=True, **TOL[torch.float32])
+
+        def grad_truth(i=i):
+            if not cache:
+                cache.append(truth())
+            return cache[0][i] if cache[0] is not None else None
+
+        _assert_close(a.cpu(), b, torch.float32, grad_truth)
     return True
+
+
+class _Once:
+    """A thunk evaluated at most once."""
+
+    def __init__(self, fn):
+        self.fn, self.done, self.value = fn, False, None
+
+    def __call__(self):
+        if not self.done:
+            self.value, self.done = self.fn(), True
+        return self.value
 
 
 def _ops():
@@ -230,7 +303,7 @@ def test_opinfo(op):
                 continue
             try:
                 _, _, got = _run(call, sample, "tpu")
-                _compare(name, got, want, dtype)
+                _compare(name, got, want, dtype, _Once(lambda: _float64_outputs(call, sample)))
                 if grad:
                     _backward(call, sample, name)
             except NotImplementedError as e:

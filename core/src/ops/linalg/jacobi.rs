@@ -380,7 +380,7 @@ fn identity_like(cx: &mut Cx, dims: &[i64], d: DType) -> V {
 
 /// Eigenvalues (ascending) and eigenvectors of the symmetric matrices whose
 /// lower (or `upper`) triangles `x` `[..., n, n]` holds.
-fn eigh(cx: &mut Cx, x: V, upper: bool, vectors: bool) -> Result<Vec<V>> {
+pub(super) fn eigh(cx: &mut Cx, x: V, upper: bool, vectors: bool) -> Result<Vec<V>> {
     let dims = cx.dims(x);
     square(cx, &dims, "linalg.eigh")?;
     let d = float(cx, x, "linalg.eigh")?;

@@ -9,12 +9,14 @@
 //! Factorizations and solves live in their own files: [`cholesky`]
 //! (Cholesky and triangular solves, on StableHLO's own `cholesky` and
 //! `triangular_solve`), [`lu`] (LU with partial pivoting, and solve,
-//! inverse, determinants on it), [`qr`] (Householder QR) and [`jacobi`]
-//! (the SVD and the symmetric eigendecomposition).
+//! inverse, determinants on it), [`qr`] (Householder QR), [`jacobi`]
+//! (the SVD and the symmetric eigendecomposition) and [`matrix_fn`]
+//! (the matrix exponential and square root).
 
 mod cholesky;
 mod jacobi;
 mod lu;
+mod matrix_fn;
 mod qr;
 
 use crate::bail_op;
@@ -30,6 +32,7 @@ pub fn register(r: &mut Builder) {
     lu::register(r);
     qr::register(r);
     jacobi::register(r);
+    matrix_fn::register(r);
     register_products(r);
     register_fused(r);
     register_cross(r);
