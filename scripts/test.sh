@@ -40,4 +40,7 @@ step "Python conformance suite (C ABI vs PyTorch CPU)"
 
 step "PyTorch device tpu: OpInfo conformance, training parity, devices, errors, memory, distributed"
 .venv/bin/python bindings/python/tools/op_coverage.py
-.venv/bin/python -m pytest -q -rs tests/torch "$@"
+opinfo_report=$(mktemp)
+TORCHTPU_OPINFO_REPORT="$opinfo_report" .venv/bin/python -m pytest -q -rs tests/torch "$@"
+.venv/bin/python bindings/python/tools/op_coverage.py --opinfo-report "$opinfo_report"
+rm -f "$opinfo_report"

@@ -31,13 +31,22 @@ def eager_mode(request):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The per-op OpInfo table: samples passed / failed / skipped."""
+    """The per-op OpInfo table: samples passed / failed / skipped. With
+    `TORCHTPU_OPINFO_REPORT` set, the counts are also written there as JSON
+    for `op_coverage.py --opinfo-report`, which prints the pass rate over
+    the whole database and per family."""
     try:
-        from test_opinfo import RESULTS
+        from test_opinfo import DOCUMENTED, RESULTS
     except ImportError:
         return
     if not RESULTS:
         return
+    report = os.environ.get("TORCHTPU_OPINFO_REPORT")
+    if report:
+        import json
+
+        with open(report, "w") as f:
+            json.dump({"torch": torch.__version__, "results": RESULTS, "documented": DOCUMENTED}, f)
     tr = terminalreporter
     tr.section("OpInfo conformance: samples per op (pass / fail / skip)")
     full = [n for n, c in RESULTS.items() if c["pass"] and not c["fail"]]

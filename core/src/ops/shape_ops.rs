@@ -19,6 +19,28 @@ use crate::view;
 use super::{Args, Builder, Cx, Input, ViewOut};
 
 pub fn register(r: &mut Builder) {
+    r.op("aten::channel_shuffle(Tensor self, SymInt groups) -> Tensor", |cx, a| {
+        // [N, C, *] -> [N, g, C/g, *] -> swap the two -> [N, C, *].
+        let x = a.tensor(0)?;
+        let groups = a.int(1)?;
+        let dims = cx.dims(x);
+        if dims.len() < 3 {
+            bail_op!(&*cx.op, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes {}", crate::shape::fmt(&dims));
+        }
+        if groups <= 0 {
+            bail_op!(&*cx.op, "Number of groups to divide channels in must be positive. Value of groups:{groups}");
+        }
+        if dims[1] % groups != 0 {
+            bail_op!(&*cx.op, "Number of channels must be divisible by groups. Got {} channels and {groups} groups.", dims[1]);
+        }
+        let mut split = vec![dims[0], groups, dims[1] / groups];
+        split.extend_from_slice(&dims[2..]);
+        let y = cx.f.reshape(x, &split);
+        let mut perm: Vec<usize> = (0..split.len()).collect();
+        perm.swap(1, 2);
+        let y = cx.f.transpose(y, &perm);
+        Ok(vec![cx.f.reshape(y, &dims)])
+    });
     register_views(r);
     register_copies(r);
 }

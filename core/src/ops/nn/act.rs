@@ -1,266 +1,23 @@
-//! More activations and their backward kernels (`glu`, `log_sigmoid`, the
-//! shrinks, PReLU, and the backward of the activations in [`super`]), plus
-//! the smooth L1, Huber and binary cross-entropy losses. Half-precision inputs compute in f32 and round
-//! once, as PyTorch's CPU kernels do.
+//! Activations and their backward kernels: the ones registered from a
+//! scalar-argument body (`elu`, `hardtanh`, `leaky_relu`, `softplus`, ...),
+//! `threshold`, `glu`, `log_sigmoid`, the shrinks, PReLU, and the backward
+//! of `gelu`, `sigmoid`, `tanh` and the rest. Half-precision inputs compute
+//! in f32 and round once, as PyTorch's CPU kernels do.
 
 use crate::bail_op;
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Func, V};
 use crate::ops::common::{float_of, prepare, result_dtype, up, Ew};
 use crate::ops::{Args, Cx, Builder};
 use crate::shape;
 
-use super::activation;
+use super::loss::loss_dtype;
 
 pub(super) fn register(r: &mut Builder) {
-    register_losses(r);
+    register_activations(r);
+    register_basic_backward(r);
     register_forward(r);
     register_backward(r);
-}
-
-// ------------------------------------------------------------------- losses
-
-/// The elementwise loss of `|self - target| = z`, from the opmath difference.
-type LossBody = fn(&mut Func, V, f64) -> V;
-
-fn smooth_l1(f: &mut Func, diff: V, beta: f64) -> V {
-    // z < beta ? 0.5 z^2 / beta : z - 0.5 beta
-    let z = f.unary("stablehlo.abs", diff);
-    if beta == 0.0 {
-        return z;
-    }
-    let b = f.full_like(z, beta);
-    let small = f.compare(Cmp::Lt, z, b);
-    let half = f.full_like(z, 0.5);
-    let z2 = f.mul(z, z);
-    let q = f.mul(half, z2);
-    let q = f.div(q, b);
-    let hb = f.full_like(z, 0.5 * beta);
-    let l = f.sub(z, hb);
-    f.select(small, q, l)
-}
-
-fn huber(f: &mut Func, diff: V, delta: f64) -> V {
-    // z < delta ? 0.5 z^2 : delta (z - 0.5 delta)
-    let z = f.unary("stablehlo.abs", diff);
-    let dv = f.full_like(z, delta);
-    let small = f.compare(Cmp::Lt, z, dv);
-    let half = f.full_like(z, 0.5);
-    let z2 = f.mul(z, z);
-    let q = f.mul(half, z2);
-    let hd = f.full_like(z, 0.5 * delta);
-    let l = f.sub(z, hd);
-    let l = f.mul(dv, l);
-    f.select(small, q, l)
-}
-
-/// The promoted float dtype of a loss and its backward.
-fn loss_dtype(cx: &Cx, xs: &[Ew], name: &str) -> Result<DType> {
-    let d = result_dtype(cx, xs);
-    if !d.is_float() {
-        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
-    }
-    Ok(d)
-}
-
-/// A pointwise loss: the elementwise loss tensor, rounded to the result type
-/// and then reduced (0 none, 1 mean, 2 sum), as PyTorch reduces it.
-fn pointwise_loss(cx: &mut Cx, a: &Args, name: &str, param: &str, body: LossBody) -> Result<Vec<V>> {
-    let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?];
-    let (reduction, p) = (a.int(2)?, a.float(3)?);
-    if p < 0.0 {
-        bail_op!(&*cx.op, "{name} does not support negative values for {param}.");
-    }
-    let d = loss_dtype(cx, &xs, name)?;
-    let (vs, dims) = prepare(cx, &xs, d.opmath())?;
-    let diff = cx.f.sub(vs[0], vs[1]);
-    let l = body(&mut cx.f, diff, p);
-    let l = cx.f.convert(l, d);
-    if reduction == 0 {
-        return Ok(vec![l]);
-    }
-    let l = cx.f.convert(l, d.opmath());
-    Ok(vec![super::reduce_loss(cx, l, &dims, reduction, d)?])
-}
-
-/// The backward of a pointwise loss: `x = self - target`, `n` the reduction
-/// scale; `x <= -p ? -n c g : x >= p ? n c g : n x g k` with `c` the slope of
-/// the linear part (`1` for smooth L1, `delta` for Huber) and `k` the
-/// quadratic factor (`1 / beta`, `1`).
-fn pointwise_loss_backward(cx: &mut Cx, a: &Args, name: &str, huber: bool) -> Result<Vec<V>> {
-    let xs = [Ew::arg(a, 0)?, Ew::arg(a, 1)?, Ew::arg(a, 2)?];
-    let (reduction, p) = (a.int(3)?, a.float(4)?);
-    let d = loss_dtype(cx, &xs, name)?;
-    let n = shape::numel(&cx.dims(a.tensor(1)?));
-    let norm = match reduction {
-        0 | 2 => 1.0,
-        1 => 1.0 / n as f64,
-        other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
-    };
-    let (vs, _) = prepare(cx, &xs, d.opmath())?;
-    let (g, x) = (vs[0], cx.f.sub(vs[1], vs[2]));
-    let f = &mut cx.f;
-    let nv = f.full_like(x, norm);
-    let ng = f.mul(nv, g);
-    let (slope, k) = if huber { (p, 1.0) } else { (1.0, 1.0 / p) };
-    let sl = f.full_like(x, slope);
-    let pos = f.mul(ng, sl);
-    let neg = f.neg(pos);
-    let kv = f.full_like(x, k);
-    let mid = f.mul(ng, x);
-    let mid = if !huber && p == 0.0 {
-        // beta == 0 is the L1 loss: the gradient is the sign of x.
-        f.full_like(x, 0.0)
-    } else {
-        f.mul(mid, kv)
-    };
-    let pv = f.full_like(x, p);
-    let mp = f.neg(pv);
-    let below = f.compare(Cmp::Le, x, mp);
-    let above = f.compare(Cmp::Ge, x, pv);
-    let y = f.select(above, pos, mid);
-    let y = f.select(below, neg, y);
-    Ok(vec![cx.f.convert(y, d)])
-}
-
-/// The operands of `binary_cross_entropy` and its backward: `self`,
-/// `target` (PyTorch pairs them after squeezing out their size-1 dims, so
-/// a target of shape [3] matches a `self` of [3, 1]) and the
-/// optional `weight` broadcast to `self`, all in opmath; and `self`'s dtype.
-fn bce_operands(cx: &mut Cx, x: V, t: V, w: Option<V>) -> Result<(V, V, Option<V>, DType)> {
-    let d = super::require_float(cx, x, "binary_cross_entropy")?;
-    let (xd, td) = (cx.dims(x), cx.dims(t));
-    let squeezed = |d: &[i64]| d.iter().copied().filter(|&n| n != 1).collect::<Vec<i64>>();
-    let t = if td != xd && squeezed(&td) == squeezed(&xd) {
-        cx.f.reshape(t, &xd)
-    } else {
-        let b = shape::broadcast_all(&cx.op, &[&xd, &td])?;
-        if b.as_slice() != xd.as_slice() {
-            bail_op!(&*cx.op, "target of size {} does not match input of size {}", shape::fmt(&td), shape::fmt(&xd));
-        }
-        cx.f.broadcast_to(t, &xd)
-    };
-    let w = match w {
-        Some(w) => {
-            let wd = cx.dims(w);
-            let b = shape::broadcast_all(&cx.op, &[&xd, &wd])?;
-            if b.as_slice() != xd.as_slice() {
-                bail_op!(&*cx.op, "weight of size {} does not broadcast to input of size {}", shape::fmt(&wd), shape::fmt(&xd));
-            }
-            let w = cx.f.convert(w, d.opmath());
-            Some(cx.f.broadcast_to(w, &xd))
-        }
-        None => None,
-    };
-    let (x, t) = (cx.f.convert(x, d.opmath()), cx.f.convert(t, d.opmath()));
-    Ok((x, t, w, d))
-}
-
-/// `0 <= v <= 1` elementwise (false for NaN), checked on the device as
-/// PyTorch checks it on the host.
-fn check_unit_interval(cx: &mut Cx, v: V, what: &str) {
-    let f = &mut cx.f;
-    let (zero, one) = (f.full_like(v, 0.0), f.full_like(v, 1.0));
-    let ge = f.compare(Cmp::Ge, v, zero);
-    let le = f.compare(Cmp::Le, v, one);
-    let ok = f.and(ge, le);
-    cx.check_values(ok, &format!("all elements of {what} should be between 0 and 1"));
-}
-
-fn register_bce(r: &mut Builder) {
-    r.op(
-        "aten::binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor",
-        |cx, a| {
-            let (x, t, w, d) = bce_operands(cx, a.tensor(0)?, a.tensor(1)?, a.opt_tensor(2))?;
-            let reduction = a.int(3)?;
-            check_unit_interval(cx, x, "input");
-            check_unit_interval(cx, t, "target");
-            // (t - 1) max(log1p(-x), -100) - t max(log x, -100): each log
-            // clamped so that x = 0 or 1 gives a finite loss, as PyTorch does.
-            let f = &mut cx.f;
-            let floor = f.full_like(x, -100.0);
-            let one = f.full_like(x, 1.0);
-            let nx = f.neg(x);
-            let l1 = f.unary("stablehlo.log_plus_one", nx);
-            let l1 = f.max(l1, floor);
-            let l0 = f.unary("stablehlo.log", x);
-            let l0 = f.max(l0, floor);
-            let tm1 = f.sub(t, one);
-            let a1 = f.mul(tm1, l1);
-            let a0 = f.mul(t, l0);
-            let mut l = f.sub(a1, a0);
-            if let Some(w) = w {
-                l = f.mul(l, w);
-            }
-            let l = cx.f.convert(l, d);
-            if reduction == 0 {
-                return Ok(vec![l]);
-            }
-            let l = cx.f.convert(l, d.opmath());
-            let dims = cx.dims(l);
-            Ok(vec![super::reduce_loss(cx, l, &dims, reduction, d)?])
-        },
-    );
-    r.op(
-        "aten::binary_cross_entropy_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight=None, \
-         int reduction=Mean) -> Tensor",
-        |cx, a| {
-            let (x, t, w, d) = bce_operands(cx, a.tensor(1)?, a.tensor(2)?, a.opt_tensor(3))?;
-            let reduction = a.int(4)?;
-            let xd = cx.dims(x);
-            let norm = match reduction {
-                0 | 2 => 1.0,
-                1 => 1.0 / shape::numel(&xd) as f64,
-                other => bail_op!(&*cx.op, "{other} is not a valid value for reduction"),
-            };
-            let g = a.tensor(0)?;
-            if shape::broadcast_all(&cx.op, &[&xd, &cx.dims(g)])?.as_slice() != xd.as_slice() {
-                bail_op!(&*cx.op, "grad_output of size {} does not broadcast to input of size {}",
-                    shape::fmt(&cx.dims(g)), shape::fmt(&xd));
-            }
-            let g = cx.f.convert(g, d.opmath());
-            let g = cx.f.broadcast_to(g, &xd);
-            // g (x - t) / max((1 - x) x, 1e-12) [* w] [/ n]
-            let f = &mut cx.f;
-            let one = f.full_like(x, 1.0);
-            let eps = f.full_like(x, 1e-12);
-            let omx = f.sub(one, x);
-            let den = f.mul(omx, x);
-            let den = f.max(den, eps);
-            let num = f.sub(x, t);
-            let num = f.mul(g, num);
-            let mut y = f.div(num, den);
-            if let Some(w) = w {
-                y = f.mul(y, w);
-            }
-            if norm != 1.0 {
-                let n = f.full_like(y, norm);
-                y = f.mul(y, n);
-            }
-            Ok(vec![cx.f.convert(y, d)])
-        },
-    );
-}
-
-fn register_losses(r: &mut Builder) {
-    register_bce(r);
-    r.op("aten::smooth_l1_loss(Tensor self, Tensor target, int reduction=Mean, float beta=1.0) -> Tensor", |cx, a| {
-        pointwise_loss(cx, a, "smooth_l1_loss", "beta", smooth_l1)
-    });
-    r.op(
-        "aten::smooth_l1_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction, float beta) \
-         -> Tensor",
-        |cx, a| pointwise_loss_backward(cx, a, "smooth_l1_backward_cpu_out", false),
-    );
-    r.op("aten::huber_loss(Tensor self, Tensor target, int reduction=Mean, float delta=1.0) -> Tensor", |cx, a| {
-        pointwise_loss(cx, a, "huber_loss", "delta", huber)
-    });
-    r.op(
-        "aten::huber_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction, float delta) \
-         -> Tensor",
-        |cx, a| pointwise_loss_backward(cx, a, "huber_backward_cpu_out", true),
-    );
 }
 
 // ------------------------------------------------------------------ forward
@@ -568,6 +325,223 @@ fn register_backward(r: &mut Builder) {
             let r = f.mul(xs, omt2);
             let r = f.add(t, r);
             f.mul(g, r)
+        })
+    });
+}
+
+// ------------------------------------------ activations with scalar arguments
+
+/// An activation `f(x, scalars...)` of a float tensor, computed in opmath.
+pub(super) type ActBody = fn(&mut Func, V, &[V]) -> V;
+
+/// Registers an activation whose trailing arguments are runtime scalars; with
+/// `inplace`, also its `aten::name_` form. Only `ints` activations accept
+/// integer tensors (`hardtanh` is a clamp).
+pub(super) fn activation(r: &mut Builder, decl: &'static str, inplace: bool, ints: bool, body: ActBody) {
+    let lower = move |cx: &mut Cx, a: &Args| -> Result<Vec<V>> {
+        let x = a.tensor(0)?;
+        let name = cx.op.trim_start_matches("aten::").to_string();
+        let d = cx.dtype(x);
+        if !(d.is_float() || ints && d.is_int()) {
+            bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
+        }
+        let xc = up(cx, x);
+        let dims = cx.dims(xc);
+        let scalars: Vec<V> = (1..a.len())
+            .map(|i| {
+                let s = a.scalar(i)?;
+                let v = cx.scalar(s, d.opmath());
+                Ok(cx.f.broadcast_to(v, &dims))
+            })
+            .collect::<Result<_>>()?;
+        let y = body(&mut cx.f, xc, &scalars);
+        Ok(vec![cx.f.convert(y, d)])
+    };
+    if inplace {
+        r.op_and_inplace(decl, lower);
+    } else {
+        r.op(decl, lower);
+    }
+}
+
+/// `min(max(x + 3, 0), 6) / 6`.
+pub(super) fn hardsigmoid(f: &mut Func, x: V) -> V {
+    let three = f.full_like(x, 3.0);
+    let zero = f.full_like(x, 0.0);
+    let six = f.full_like(x, 6.0);
+    let s = f.add(x, three);
+    let s = f.max(s, zero);
+    let s = f.min(s, six);
+    f.div(s, six)
+}
+
+pub(super) fn register_activations(r: &mut Builder) {
+    activation(
+        r,
+        "aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor",
+        true,
+        true,
+        |f, x, s| {
+            let lo = f.max(x, s[0]);
+            f.min(lo, s[1])
+        },
+    );
+    activation(r, "aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor", true, false, |f, x, s| {
+        let zero = f.full_like(x, 0.0);
+        let pos = f.compare(Cmp::Gt, x, zero);
+        let neg = f.mul(x, s[0]);
+        f.select(pos, x, neg)
+    });
+    activation(
+        r,
+        "aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor",
+        true,
+        false,
+        |f, x, s| {
+            // x > 0 ? x * scale : expm1(x * input_scale) * alpha * scale
+            let zero = f.full_like(x, 0.0);
+            let pos = f.compare(Cmp::Gt, x, zero);
+            let p = f.mul(x, s[1]);
+            let xi = f.mul(x, s[2]);
+            let e = f.unary("stablehlo.exponential_minus_one", xi);
+            let neg_coef = f.mul(s[0], s[1]);
+            let n = f.mul(e, neg_coef);
+            f.select(pos, p, n)
+        },
+    );
+    activation(
+        r,
+        "aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor",
+        false,
+        false,
+        |f, x, s| {
+            // x * beta > threshold ? x : log1p(exp(x * beta)) / beta
+            let xb = f.mul(x, s[0]);
+            let lin = f.compare(Cmp::Gt, xb, s[1]);
+            let e = f.unary("stablehlo.exponential", xb);
+            let l = f.unary("stablehlo.log_plus_one", e);
+            let l = f.div(l, s[0]);
+            f.select(lin, x, l)
+        },
+    );
+    activation(r, "aten::hardsigmoid(Tensor self) -> Tensor", true, false, |f, x, _| hardsigmoid(f, x));
+    activation(r, "aten::hardswish(Tensor self) -> Tensor", true, false, |f, x, _| {
+        let h = hardsigmoid(f, x);
+        f.mul(x, h)
+    });
+    activation(r, "aten::mish(Tensor self) -> Tensor", true, false, |f, x, _| {
+        // x * tanh(softplus(x))
+        let e = f.unary("stablehlo.exponential", x);
+        let sp = f.unary("stablehlo.log_plus_one", e);
+        let t = f.unary("stablehlo.tanh", sp);
+        f.mul(x, t)
+    });
+}
+
+/// A backward kernel `f(grad, saved)` with both operands promoted together,
+/// computed in opmath and rounded to the promoted dtype.
+pub(super) fn backward2(cx: &mut Cx, a: &Args, body: impl FnOnce(&mut Cx, V, V) -> Result<V>) -> Result<Vec<V>> {
+    let (g, s) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+    let d = float_of(result_dtype(cx, &[g, s]));
+    let (vs, _) = prepare(cx, &[g, s], d.opmath())?;
+    let y = body(cx, vs[0], vs[1])?;
+    Ok(vec![cx.f.convert(y, d)])
+}
+
+pub(super) fn gelu_grad(f: &mut Func, x: V, tanh: bool) -> V {
+    let half = f.full_like(x, 0.5);
+    let one = f.full_like(x, 1.0);
+    if tanh {
+        // d/dx [0.5 x (1 + tanh(inner))], inner = sqrt(2/pi) (x + 0.044715 x^3)
+        let beta = f.full_like(x, (2.0 / std::f64::consts::PI).sqrt());
+        let kappa = f.full_like(x, 0.044715);
+        let three_kappa = f.full_like(x, 3.0 * 0.044715);
+        let x2 = f.mul(x, x);
+        let x3 = f.mul(x2, x);
+        let kx3 = f.mul(kappa, x3);
+        let s = f.add(x, kx3);
+        let inner = f.mul(beta, s);
+        let t = f.unary("stablehlo.tanh", inner);
+        let left = f.mul(half, x);
+        let right = f.add(one, t);
+        let left_d = f.mul(half, right);
+        let t2 = f.mul(t, t);
+        let sech2 = f.sub(one, t2);
+        let k3x2 = f.mul(three_kappa, x2);
+        let inner_d = f.add(one, k3x2);
+        let inner_d = f.mul(beta, inner_d);
+        let right_d = f.mul(left, sech2);
+        let right_d = f.mul(right_d, inner_d);
+        f.add(left_d, right_d)
+    } else {
+        // Phi(x) + x phi(x)
+        let r = f.full_like(x, std::f64::consts::FRAC_1_SQRT_2);
+        let xs = f.mul(x, r);
+        let erf = f.unary("chlo.erf", xs);
+        let cdf = f.add(one, erf);
+        let cdf = f.mul(half, cdf);
+        let mhalf = f.full_like(x, -0.5);
+        let x2 = f.mul(x, x);
+        let ex = f.mul(mhalf, x2);
+        let e = f.unary("stablehlo.exponential", ex);
+        let c = f.full_like(x, 1.0 / (2.0 * std::f64::consts::PI).sqrt());
+        let pdf = f.mul(e, c);
+        let xp = f.mul(x, pdf);
+        f.add(cdf, xp)
+    }
+}
+
+pub(super) fn register_basic_backward(r: &mut Builder) {
+    // threshold: `x <= threshold ? value : x` (NaN stays), both scalars in
+    // x's dtype, as runtime arguments.
+    r.op_and_inplace("aten::threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor", |cx, a| {
+        let x = a.tensor(0)?;
+        let (d, dims) = (cx.dtype(x), cx.dims(x));
+        let t = cx.scalar(a.scalar(1)?, d);
+        let t = cx.f.broadcast_to(t, &dims);
+        let v = cx.scalar(a.scalar(2)?, d);
+        let v = cx.f.broadcast_to(v, &dims);
+        let below = cx.f.compare(Cmp::Le, x, t);
+        Ok(vec![cx.f.select(below, v, x)])
+    });
+    r.op("aten::threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor", |cx, a| {
+        let (g, s) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
+        let th = a.scalar(2)?;
+        let d = result_dtype(cx, &[g, s]);
+        let (vs, dims) = prepare(cx, &[g, s], d)?;
+        let t = cx.scalar(th, d);
+        let t = cx.f.broadcast_to(t, &dims);
+        let below = cx.f.compare(Cmp::Le, vs[1], t);
+        let zero = cx.f.full_like(vs[0], 0.0);
+        Ok(vec![cx.f.select(below, zero, vs[0])])
+    });
+    r.op("aten::gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor", |cx, a| {
+        let tanh = match a.opt_str(2).unwrap_or("none") {
+            "none" => false,
+            "tanh" => true,
+            other => bail_op!(&*cx.op, "approximate must be 'none' or 'tanh', not {other:?}"),
+        };
+        backward2(cx, a, |cx, g, x| {
+            let dg = gelu_grad(&mut cx.f, x, tanh);
+            Ok(cx.f.mul(g, dg))
+        })
+    });
+    r.op("aten::sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor", |cx, a| {
+        backward2(cx, a, |cx, g, y| {
+            // grad * (1 - y) * y
+            let one = cx.f.full_like(y, 1.0);
+            let omy = cx.f.sub(one, y);
+            let t = cx.f.mul(g, omy);
+            Ok(cx.f.mul(t, y))
+        })
+    });
+    r.op("aten::tanh_backward(Tensor grad_output, Tensor output) -> Tensor", |cx, a| {
+        backward2(cx, a, |cx, g, y| {
+            // grad * (1 - y^2)
+            let one = cx.f.full_like(y, 1.0);
+            let y2 = cx.f.mul(y, y);
+            let d = cx.f.sub(one, y2);
+            Ok(cx.f.mul(g, d))
         })
     });
 }

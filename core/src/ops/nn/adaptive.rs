@@ -1,4 +1,5 @@
-//! Adaptive max pooling in 2 and 3 dims (`adaptive_max_pool{2,3}d` and
+//! Adaptive average pooling (a product with averaging matrices, forward and
+//! backward, any rank), adaptive max pooling in 2 and 3 dims (`adaptive_max_pool{2,3}d` and
 //! their backward): output cell `i` of a dim of size `In` pools the input
 //! range `[floor(i In / Out), ceil((i + 1) In / Out))`; and max unpooling
 //! (`max_unpool{2,3}d`), which puts each value back at its pooling index.
@@ -12,14 +13,16 @@
 use crate::bail_op;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Ty, V};
+use crate::ops::common::up;
 use crate::ops::spatial::take;
 use crate::ops::{Args, Builder, Cx};
 use crate::shape::{self, fmt};
 
-use super::grad::grad_at_indices;
+use super::pool::grad_at_indices;
 use super::require_float;
 
 pub(super) fn register(r: &mut Builder) {
+    register_adaptive(r);
     r.op("aten::max_unpool2d(Tensor self, Tensor indices, SymInt[2] output_size) -> Tensor", |cx, a| unpool(cx, a, 2));
     r.op(
         "aten::max_unpool3d(Tensor self, Tensor indices, SymInt[3] output_size, int[3] stride, int[3] padding) -> Tensor",
@@ -178,4 +181,115 @@ fn unpool(cx: &mut Cx, a: &Args, n: usize) -> Result<Vec<V>> {
     let upd = cx.f.reshape(x, &[b, k]);
     let y = cx.f.scatter(zeros, coords, upd, &[], &[0, 1], &[0, 1], 2, None);
     Ok(vec![cx.f.reshape(y, &od)])
+}
+
+/// The `[out, n]` matrix averaging adaptive-pooling windows: window `i`
+/// covers `[floor(i n / out), ceil((i + 1) n / out))`.
+pub(super) fn adaptive_matrix(cx: &mut Cx, n: i64, out: i64, elem: Elem) -> V {
+    let ity = Ty::new(Elem::I64, &[out, n]);
+    let i = cx.f.iota(&ity, 0);
+    let j = cx.f.iota(&ity, 1);
+    let nv = cx.f.splat_int(&ity, n);
+    let ov = cx.f.splat_int(&ity, out);
+    let one = cx.f.splat_int(&ity, 1);
+    let start = cx.f.mul(i, nv);
+    let start = cx.f.div(start, ov);
+    let i1 = cx.f.add(i, one);
+    let end = cx.f.mul(i1, nv);
+    let end = cx.f.add(end, ov);
+    let end = cx.f.sub(end, one);
+    let end = cx.f.div(end, ov);
+    let ge = cx.f.compare(Cmp::Ge, j, start);
+    let lt = cx.f.compare(Cmp::Lt, j, end);
+    let inside = cx.f.and(ge, lt);
+    let len = cx.f.sub(end, start);
+    let len = cx.f.convert(len, elem);
+    let onef = cx.f.full_like(len, 1.0);
+    let inv = cx.f.div(onef, len);
+    let zeros = cx.f.full_like(inv, 0.0);
+    cx.f.select(inside, inv, zeros)
+}
+
+/// Multiplies the last `mats.len()` dims of `x` (opmath) by the matrices,
+/// each contracting its dim `contract` (1: pooling, 0: its gradient).
+pub(super) fn apply_matrices(cx: &mut Cx, x: V, mats: &[V], contract: usize) -> V {
+    let dims = cx.dims(x);
+    let k = mats.len();
+    let lead = &dims[..dims.len() - k];
+    let b = shape::numel(lead);
+    let mut shaped = vec![b];
+    shaped.extend_from_slice(&dims[dims.len() - k..]);
+    let mut y = cx.f.reshape(x, &shaped);
+    // Each product moves the contracted dim to the end, so after all of
+    // them the dims are back in order.
+    let elem = cx.ty(x).elem;
+    for &m in mats {
+        y = cx.f.dot_general(y, m, &[], &[], &[1], &[contract], elem);
+    }
+    let yd = cx.dims(y);
+    let mut out = lead.to_vec();
+    out.extend_from_slice(&yd[1..]);
+    cx.f.reshape(y, &out)
+}
+
+/// Checks an adaptive pooling input of `k` spatial dims and returns the
+/// averaging matrices for `out`.
+pub(super) fn adaptive_setup(cx: &mut Cx, x: V, out: &[i64], k: usize, elem: Elem) -> Result<Vec<V>> {
+    let dims = cx.dims(x);
+    let name = cx.op.trim_start_matches("aten::").to_string();
+    if out.len() != k {
+        bail_op!(&*cx.op, "{name}: output_size must be {k}, but got {}", fmt(out));
+    }
+    if !(dims.len() == k + 1 || dims.len() == k + 2) || dims[1..].contains(&0) {
+        bail_op!(
+            &*cx.op,
+            "{name}(): Expected {}D or {}D tensor, but got {}",
+            k + 1,
+            k + 2,
+            fmt(&dims)
+        );
+    }
+    if out.iter().any(|&o| o < 0) {
+        bail_op!(&*cx.op, "{name}: elements of output_size must be greater than or equal to 0 but received {}", fmt(out));
+    }
+    let sp = &dims[dims.len() - k..];
+    Ok((0..k).map(|i| adaptive_matrix(cx, sp[i], out[i], elem)).collect())
+}
+
+pub(super) fn adaptive_avg_pool(cx: &mut Cx, a: &Args, k: usize) -> Result<Vec<V>> {
+    let x = a.tensor(0)?;
+    let d = require_float(cx, x, &format!("adaptive_avg_pool{k}d"))?;
+    let xc = up(cx, x);
+    let mats = adaptive_setup(cx, x, a.ints(1)?, k, d.opmath().into())?;
+    let y = apply_matrices(cx, xc, &mats, 1);
+    Ok(vec![cx.f.convert(y, d)])
+}
+
+/// `_adaptive_avg_pool{k}d_backward`: the gradient through the averaging
+/// matrices, transposed.
+pub(super) fn adaptive_avg_pool_backward(cx: &mut Cx, a: &Args, k: usize) -> Result<Vec<V>> {
+    let (g, x) = (a.tensor(0)?, a.tensor(1)?);
+    let d = require_float(cx, x, &format!("adaptive_avg_pool{k}d_backward"))?;
+    let gd = cx.dims(g);
+    let xd = cx.dims(x);
+    if gd.len() != xd.len() || gd.len() < k + 1 || gd[..gd.len() - k] != xd[..xd.len() - k] {
+        bail_op!(&*cx.op, "grad_output of size {} does not match input of size {}", fmt(&gd), fmt(&xd));
+    }
+    let out = gd[gd.len() - k..].to_vec();
+    let mats = adaptive_setup(cx, x, &out, k, d.opmath().into())?;
+    let gc = up(cx, g);
+    let y = apply_matrices(cx, gc, &mats, 0);
+    Ok(vec![cx.f.convert(y, d)])
+}
+
+pub(super) fn register_adaptive(r: &mut Builder) {
+    r.op("aten::_adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 2));
+    r.op("aten::_adaptive_avg_pool3d(Tensor self, SymInt[3] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 3));
+    r.op("aten::adaptive_avg_pool1d(Tensor self, int[1] output_size) -> Tensor", |cx, a| adaptive_avg_pool(cx, a, 1));
+    r.op("aten::_adaptive_avg_pool2d_backward(Tensor grad_output, Tensor self) -> Tensor", |cx, a| {
+        adaptive_avg_pool_backward(cx, a, 2)
+    });
+    r.op("aten::_adaptive_avg_pool3d_backward(Tensor grad_output, Tensor self) -> Tensor", |cx, a| {
+        adaptive_avg_pool_backward(cx, a, 3)
+    });
 }

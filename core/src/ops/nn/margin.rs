@@ -17,6 +17,7 @@ use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
 use crate::shape::fmt;
 
+use super::loss::Reduction;
 use super::{require_float, sum};
 
 pub(super) fn register(r: &mut Builder) {
@@ -25,7 +26,7 @@ pub(super) fn register(r: &mut Builder) {
          int reduction=Mean) -> Tensor",
         |cx, a| {
             let s = (a.static_scalar(2)?.to_f64(), a.static_scalar(3)?.to_f64());
-            multi_margin(cx, a.tensor(0)?, a.tensor(1)?, s, a.opt_tensor(4), a.int(5)?, None)
+            multi_margin(cx, a.tensor(0)?, a.tensor(1)?, s, a.opt_tensor(4), Reduction::arg(cx, a, 5)?, None)
         },
     )
     .static_scalars();
@@ -34,18 +35,18 @@ pub(super) fn register(r: &mut Builder) {
          Tensor? weight=None, int reduction=Mean) -> Tensor",
         |cx, a| {
             let s = (a.static_scalar(3)?.to_f64(), a.static_scalar(4)?.to_f64());
-            multi_margin(cx, a.tensor(1)?, a.tensor(2)?, s, a.opt_tensor(5), a.int(6)?, Some(a.tensor(0)?))
+            multi_margin(cx, a.tensor(1)?, a.tensor(2)?, s, a.opt_tensor(5), Reduction::arg(cx, a, 6)?, Some(a.tensor(0)?))
         },
     )
     .static_scalars();
     r.op(
         "aten::multilabel_margin_loss_forward(Tensor self, Tensor target, int reduction) -> (Tensor output, Tensor is_target)",
-        |cx, a| multilabel(cx, a.tensor(0)?, a.tensor(1)?, a.int(2)?, None),
+        |cx, a| multilabel(cx, a.tensor(0)?, a.tensor(1)?, Reduction::arg(cx, a, 2)?, None),
     );
     r.op(
         "aten::multilabel_margin_loss_backward(Tensor grad_output, Tensor self, Tensor target, int reduction, \
          Tensor is_target) -> Tensor",
-        |cx, a| multilabel(cx, a.tensor(1)?, a.tensor(2)?, a.int(3)?, Some(a.tensor(0)?)),
+        |cx, a| multilabel(cx, a.tensor(1)?, a.tensor(2)?, Reduction::arg(cx, a, 3)?, Some(a.tensor(0)?)),
     );
 }
 
@@ -61,20 +62,13 @@ fn rows(cx: &mut Cx, x: V, what: &str) -> Result<(V, i64, i64)> {
     }
 }
 
-fn check_reduction(cx: &Cx, reduction: i64) -> Result<()> {
-    if !(0..=2).contains(&reduction) {
-        bail_op!(&*cx.op, "{reduction} is not a valid value for reduction");
-    }
-    Ok(())
-}
-
 /// The per-sample losses `[N]` reduced, shaped like PyTorch's result.
-fn reduce(cx: &mut Cx, per: V, n: i64, reduction: i64, none_shape: &[i64], d: DType) -> V {
+fn reduce(cx: &mut Cx, per: V, n: i64, reduction: Reduction, none_shape: &[i64], d: DType) -> V {
     let out = match reduction {
-        0 => cx.f.reshape(per, none_shape),
+        Reduction::None => cx.f.reshape(per, none_shape),
         _ => {
             let s = sum(cx, per, &[0]);
-            if reduction == 1 {
+            if reduction == Reduction::Mean {
                 let nv = cx.f.full_like(s, n as f64);
                 cx.f.div(s, nv)
             } else {
@@ -87,14 +81,14 @@ fn reduce(cx: &mut Cx, per: V, n: i64, reduction: i64, none_shape: &[i64], d: DT
 
 /// `grad_output` as a per-sample `[N, 1]` factor: itself per row for no
 /// reduction, else the scalar (with `mean`'s `1 / N`) for every row.
-fn grad_factor(cx: &mut Cx, g: V, n: i64, reduction: i64, od: DType) -> V {
+fn grad_factor(cx: &mut Cx, g: V, n: i64, reduction: Reduction, od: DType) -> V {
     let g = cx.f.convert(g, od);
-    if reduction == 0 {
+    if reduction == Reduction::None {
         let g = cx.f.reshape(g, &[n]);
         cx.f.reshape(g, &[n, 1])
     } else {
         let g = cx.f.reshape(g, &[]);
-        let g = if reduction == 1 {
+        let g = if reduction == Reduction::Mean {
             let nv = cx.f.full_like(g, n as f64);
             cx.f.div(g, nv)
         } else {
@@ -112,10 +106,9 @@ fn multi_margin(
     t: V,
     (p, margin): (f64, f64),
     w: Option<V>,
-    reduction: i64,
+    reduction: Reduction,
     grad: Option<V>,
 ) -> Result<Vec<V>> {
-    check_reduction(cx, reduction)?;
     if p != 1.0 && p != 2.0 {
         bail_op!(&*cx.op, "only p == 1 and p == 2 supported");
     }
@@ -205,8 +198,7 @@ fn multi_margin(
 
 /// `multilabel_margin_loss_forward` (the loss and `is_target`), or the input
 /// gradient when `grad` is given.
-fn multilabel(cx: &mut Cx, x: V, t: V, reduction: i64, grad: Option<V>) -> Result<Vec<V>> {
-    check_reduction(cx, reduction)?;
+fn multilabel(cx: &mut Cx, x: V, t: V, reduction: Reduction, grad: Option<V>) -> Result<Vec<V>> {
     let d = require_float(cx, x, "multilabel_margin_loss")?;
     let (xd, td) = (cx.dims(x), cx.dims(t));
     if td != xd {

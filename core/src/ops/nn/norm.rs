@@ -1,4 +1,4 @@
-//! Batch norm and group norm, forward and backward. Statistics are computed
+//! Layer norm, batch norm and group norm, forward and backward. Statistics are computed
 //! in opmath; they come back in the input's dtype, or in f32 when a
 //! half-precision input has f32 parameters (PyTorch's "mixed type").
 
@@ -10,12 +10,203 @@ use crate::ops::common::up;
 use crate::ops::{Args, Builder, Composite, Cx};
 use crate::shape::{self, fmt};
 
-use super::grad::{masked, norm_input_grad, output_mask};
-use super::{expand_reduced, require_float, sum};
+use super::{expand_reduced, masked, output_mask, require_float, sum};
 
 pub(super) fn register(r: &mut Builder) {
+    register_layer_norm(r);
+    register_layer_norm_backward(r);
     register_batch_norm(r);
     register_group_norm(r);
+}
+
+pub(super) fn register_layer_norm(r: &mut Builder) {
+    r.op(
+        "aten::native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias, float eps) \
+         -> (Tensor, Tensor, Tensor)",
+        |cx, a| {
+            let x = a.tensor(0)?;
+            let norm = a.ints(1)?.to_vec();
+            let (y, mean, rstd) = layer_norm(cx, x, &norm, a.opt_tensor(2), a.opt_tensor(3), a.float(4)?)?;
+            Ok(vec![y, mean, rstd])
+        },
+    );
+}
+
+/// `native_layer_norm` of `x` over its trailing `norm` dims: the result, and
+/// the mean and rstd with the normalized dims kept as size 1, all in `x`'s
+/// dtype (as PyTorch's CPU kernel returns them).
+pub(super) fn layer_norm(cx: &mut Cx, x: V, norm: &[i64], w: Option<V>, b: Option<V>, eps: f64) -> Result<(V, V, V)> {
+    let dims = cx.dims(x);
+    let k = norm.len();
+    if k == 0 {
+        bail_op!(
+            &*cx.op,
+            "Expected normalized_shape to be at least 1-dimensional, i.e., containing at least one element, \
+             but got normalized_shape = {}",
+            fmt(norm)
+        );
+    }
+    for (t, what) in [(w, "weight"), (b, "bias")] {
+        if let Some(t) = t {
+            if cx.dims(t) != norm {
+                bail_op!(
+                    &*cx.op,
+                    "Expected {what} to be of same shape as normalized_shape, but got {what} of shape {} \
+                     and normalized_shape = {}",
+                    fmt(&cx.dims(t)),
+                    fmt(norm)
+                );
+            }
+        }
+    }
+    if dims.len() < k || dims[dims.len() - k..] != norm[..] {
+        bail_op!(
+            &*cx.op,
+            "Given normalized_shape={}, expected input with shape [*, {}], but got input of size{}",
+            fmt(norm),
+            norm.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+            fmt(&dims)
+        );
+    }
+    let d = require_float(cx, x, "layer_norm")?;
+    let axis = dims.len() - k;
+    let red: Vec<usize> = (axis..dims.len()).collect();
+    let n = shape::numel(norm) as f64;
+    let xc = up(cx, x);
+    let mean = sum(cx, xc, &red);
+    let inv_n = cx.f.full_like(mean, 1.0 / n);
+    let mean = cx.f.mul(mean, inv_n);
+    let mean_b = expand_reduced(cx, mean, &dims, &red);
+    let xm = cx.f.sub(xc, mean_b);
+    let sq = cx.f.mul(xm, xm);
+    let var = sum(cx, sq, &red);
+    let var = cx.f.mul(var, inv_n);
+    let eps_v = cx.f.full_like(var, eps);
+    let var = cx.f.add(var, eps_v);
+    let rstd = cx.f.unary("stablehlo.rsqrt", var);
+    let rstd_b = expand_reduced(cx, rstd, &dims, &red);
+    let mut y = cx.f.mul(xm, rstd_b);
+    if let Some(w) = w {
+        let wc = cx.f.convert(w, d.opmath());
+        let wc = cx.f.broadcast_to(wc, &dims);
+        y = cx.f.mul(y, wc);
+    }
+    if let Some(b) = b {
+        let bc = cx.f.convert(b, d.opmath());
+        let bc = cx.f.broadcast_to(bc, &dims);
+        y = cx.f.add(y, bc);
+    }
+    // mean and rstd keep the normalized dims as size 1, in the
+    // input's dtype (as PyTorch's CPU kernel returns them).
+    let stat_dims: Vec<i64> = dims.iter().enumerate().map(|(i, &s)| if i < axis { s } else { 1 }).collect();
+    let mean = cx.f.reshape(mean, &stat_dims);
+    let rstd = cx.f.reshape(rstd, &stat_dims);
+    Ok((cx.f.convert(y, d), cx.f.convert(mean, d), cx.f.convert(rstd, d)))
+}
+
+/// `v` (shape `small`, the statistics of the `red` dims) as opmath values
+/// broadcast to `full`.
+pub(super) fn stat(cx: &mut Cx, v: V, full: &[i64], red: &[usize]) -> V {
+    let kept: Vec<i64> = (0..full.len()).filter(|d| !red.contains(d)).map(|d| full[d]).collect();
+    let od = cx.dtype(v).opmath();
+    let v = cx.f.convert(v, od);
+    let v = cx.f.reshape(v, &kept);
+    expand_reduced(cx, v, full, red)
+}
+
+/// Sum over `dims`, or `x` itself when there are none.
+pub(super) fn sum_dims(cx: &mut Cx, x: V, dims: &[usize]) -> V {
+    if dims.is_empty() {
+        x
+    } else {
+        sum(cx, x, dims)
+    }
+}
+
+/// The input gradient of a normalization over `red` with `xhat = (x - mean) * rstd`:
+/// `rstd * (gw - mean(gw) - xhat * mean(gw * xhat))`, `gw` the output
+/// gradient times the weight.
+pub(super) fn norm_input_grad(cx: &mut Cx, gw: V, xhat: V, rstd: V, red: &[usize]) -> V {
+    let full = cx.dims(gw);
+    let n: i64 = red.iter().map(|&d| full[d]).product();
+    let inv_n = 1.0 / n.max(1) as f64;
+    let s1 = sum(cx, gw, red);
+    let gx = cx.f.mul(gw, xhat);
+    let s2 = sum(cx, gx, red);
+    let k = cx.f.full_like(s1, inv_n);
+    let m1 = cx.f.mul(s1, k);
+    let m2 = cx.f.mul(s2, k);
+    let m1 = expand_reduced(cx, m1, &full, red);
+    let m2 = expand_reduced(cx, m2, &full, red);
+    let t = cx.f.sub(gw, m1);
+    let xm2 = cx.f.mul(xhat, m2);
+    let t = cx.f.sub(t, xm2);
+    cx.f.mul(rstd, t)
+}
+
+pub(super) fn register_layer_norm_backward(r: &mut Builder) {
+    r.op(
+        "aten::native_layer_norm_backward(Tensor grad_out, Tensor input, SymInt[] normalized_shape, Tensor mean, \
+         Tensor rstd, Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)",
+        |cx, a| {
+            let (g, x, mean, rstd) = (a.tensor(0)?, a.tensor(1)?, a.tensor(3)?, a.tensor(4)?);
+            let norm = a.ints(2)?.to_vec();
+            let (w, b) = (a.opt_tensor(5), a.opt_tensor(6));
+            let mask = output_mask(cx, a, 7)?;
+            let dims = cx.dims(x);
+            let k = norm.len();
+            if k == 0 || dims.len() < k || dims[dims.len() - k..] != norm[..] || cx.dims(g) != dims {
+                bail_op!(
+                    &*cx.op,
+                    "Given normalized_shape={}, expected input and grad_out of shape [*, {}], but got input of size {} \
+                     and grad_out of size {}",
+                    fmt(&norm),
+                    norm.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "),
+                    fmt(&dims),
+                    fmt(&cx.dims(g))
+                );
+            }
+            let d = require_float(cx, x, "layer_norm_backward")?;
+            let axis = dims.len() - k;
+            let red: Vec<usize> = (axis..dims.len()).collect();
+            let lead: Vec<usize> = (0..axis).collect();
+            let od = d.opmath();
+            let xc = cx.f.convert(x, od);
+            let gc = cx.f.convert(g, od);
+            let mean_b = stat(cx, mean, &dims, &red);
+            let rstd_b = stat(cx, rstd, &dims, &red);
+            let xm = cx.f.sub(xc, mean_b);
+            let xhat = cx.f.mul(xm, rstd_b);
+            let dx = masked(cx, &mask, 0, |cx| {
+                let gw = match w {
+                    Some(w) => {
+                        let wc = cx.f.convert(w, od);
+                        let wb = cx.f.broadcast_in_dim(wc, &(axis as i64..dims.len() as i64).collect::<Vec<_>>(), &dims);
+                        cx.f.mul(gc, wb)
+                    }
+                    None => gc,
+                };
+                let dx = norm_input_grad(cx, gw, xhat, rstd_b, &red);
+                Ok(cx.f.convert(dx, d))
+            })?;
+            let dw = match w {
+                Some(w) => masked(cx, &mask, 1, |cx| {
+                    let gx = cx.f.mul(gc, xhat);
+                    let s = sum_dims(cx, gx, &lead);
+                    Ok(cx.f.convert(s, cx.dtype(w)))
+                })?,
+                None => cx.none(),
+            };
+            let db = match b.or(w) {
+                Some(b) => masked(cx, &mask, 2, |cx| {
+                    let s = sum_dims(cx, gc, &lead);
+                    Ok(cx.f.convert(s, cx.dtype(b)))
+                })?,
+                None => cx.none(),
+            };
+            Ok(vec![dx, dw, db])
+        },
+    );
 }
 
 /// The dtype of the saved statistics.
