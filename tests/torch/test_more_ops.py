@@ -105,3 +105,32 @@ def test_factory_out_forms(dtype):
         o = torch.empty(5, device="tpu", dtype=dtype)
         torch.linspace(0, 1, 5, out=o)
         _same(o, torch.linspace(0, 1, 5, dtype=dtype))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_cdist_and_pdist_gradients(p):
+    """The distance backward kernels against the CPU's, every special p,
+    broadcast batches, a repeated row (distance 0) and the Euclidean
+    matmul path (more than 25 rows)."""
+    g = torch.Generator().manual_seed(0)
+    x1 = torch.randn(2, 1, 4, 3, generator=g)
+    x2 = torch.randn(3, 5, 3, generator=g)
+    x2[0, 1] = x1[0, 0, 2]  # a zero distance
+    for a, b in ((x1, x2), (torch.randn(30, 3, generator=g), torch.randn(27, 3, generator=g))):
+        ca, cb = a.clone().requires_grad_(), b.clone().requires_grad_()
+        ta, tb = a.to("tpu").requires_grad_(), b.to("tpu").requires_grad_()
+        cy, ty = torch.cdist(ca, cb, p=p), torch.cdist(ta, tb, p=p)
+        w = torch.randn(cy.shape, generator=g)
+        (cy * w).sum().backward()
+        (ty * w.to("tpu")).sum().backward()
+        torch.testing.assert_close(ty.cpu(), cy.detach(), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(ta.grad.cpu(), ca.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(tb.grad.cpu(), cb.grad, rtol=1e-4, atol=1e-4)
+    x = torch.randn(6, 4, generator=g)
+    x[3] = x[1]
+    cx_, tx = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    cy, ty = torch.pdist(cx_, p=p), torch.pdist(tx, p=p)
+    w = torch.randn(cy.shape, generator=g)
+    (cy * w).sum().backward()
+    (ty * w.to("tpu")).sum().backward()
+    torch.testing.assert_close(tx.grad.cpu(), cx_.grad, rtol=1e-4, atol=1e-4)

@@ -280,19 +280,33 @@ fn register_ranges(r: &mut Builder) {
 
 /// The coordinates of the upper (`triu_indices`) or lower triangle of a
 /// `row` x `col` matrix past the diagonal `offset`, row by row, as a
-/// `2 x N` tensor. Only the per-row counts are constants (O(row)); entry k
+/// `2 x N` tensor. Only the counts of the rows with entries are constants
+/// (at most 2^24 of them); entry k
 /// finds its row by a binary search over their running sums (as
 /// `bucketize`), so a large triangle is not a large constant.
 fn triangle_indices(cx: &mut Cx, row: i64, col: i64, offset: i64, upper: bool, d: DType) -> Result<V> {
     if row < 0 || col < 0 {
         bail_op!(&*cx.op, "row and col must be non-negative, got row {row} and col {col}");
     }
-    // First column and count of each row.
-    let mut first = Vec::with_capacity(row as usize);
-    let mut ends = Vec::with_capacity(row as usize);
-    let mut starts = Vec::with_capacity(row as usize);
+    // Only the rows with entries get constants: for the upper triangle the
+    // rows before `col - offset`, for the lower the rows from `-offset` on
+    // (when there are columns at all).
+    let (lo, hi) = if col == 0 {
+        (0, 0)
+    } else if upper {
+        (0, col.saturating_sub(offset).clamp(0, row))
+    } else {
+        (offset.saturating_neg().clamp(0, row), row)
+    };
+    const MAX_ROWS: i64 = 1 << 24;
+    if hi - lo > MAX_ROWS {
+        bail_op!(&*cx.op, "{row} x {col} triangle (offset {offset}) has {} non-empty rows; tpu supports at most {MAX_ROWS}", hi - lo);
+    }
+    let mut first = Vec::with_capacity((hi - lo) as usize);
+    let mut ends = Vec::with_capacity((hi - lo) as usize);
+    let mut starts = Vec::with_capacity((hi - lo) as usize);
     let mut total: i64 = 0;
-    for r in 0..row {
+    for r in lo..hi {
         let diag = r.saturating_add(offset);
         let (c0, n) = if upper {
             let c0 = diag.clamp(0, col);
@@ -321,6 +335,9 @@ fn triangle_indices(cx: &mut Cx, row: i64, col: i64, offset: i64, upper: bool, d
     let c0 = super::bucket::gather1(cx, first, r, total);
     let within = cx.f.sub(k, s);
     let c = cx.f.add(within, c0);
+    // Row numbers count from the first row with entries.
+    let lo_v = cx.f.full_like(r, lo as f64);
+    let r = cx.f.add(r, lo_v);
     let r = cx.f.reshape(r, &[1, total]);
     let c = cx.f.reshape(c, &[1, total]);
     let both = cx.f.concatenate(&[r, c], 0);

@@ -18,6 +18,7 @@ mod variants;
 pub mod common;
 mod copy;
 mod creation;
+mod distance;
 mod elementwise;
 mod gamma;
 mod ieee;
@@ -753,6 +754,7 @@ impl Registry {
         optim::register(&mut b);
         amp::register(&mut b);
         spatial::register(&mut b);
+        distance::register(&mut b);
         special::register(&mut b);
         polynomial::register(&mut b);
         bessel::register(&mut b);

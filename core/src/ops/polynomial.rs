@@ -12,7 +12,9 @@
 //! that steps every element until the largest degree still running is
 //! reached; an element whose value became NaN (an overflow) stops there, as
 //! the CPU's loop does. A degree beyond 128 (512 in f64) gives NaN for the
-//! Hermite polynomials, as on the CPU.
+//! Hermite polynomials, as on the CPU. The loop runs at most 2^20 steps: a
+//! larger degree that needs the recurrence (the CPU would loop that long)
+//! gives NaN and an error at the next host read, rather than a hang.
 
 use crate::dtype::DType;
 use crate::error::Result;
@@ -84,12 +86,41 @@ fn polynomial(cx: &mut Cx, a: &Args, kind: Kind, shifted: bool, trig: Option<f64
         x
     };
     let limit = matches!(kind, Kind::HermiteH | Kind::HermiteHe).then(|| hermite_limit(d.opmath()));
-    let mut y = recurrence(cx, kind, x, n, limit);
+    // The elements the recurrence need not run for: a closed form, the
+    // trigonometric form, a negative degree or one past the Hermite limit.
+    let f = &mut cx.f;
+    let zero = f.full_like(n, 0.0);
+    let mut settled = f.compare(Cmp::Lt, n, zero);
+    let (at, _) = closed_form(f, kind, x, n);
+    settled = f.or(settled, at);
+    if let Some(t) = trig {
+        let (use_trig, _) = trigonometric(f, kind, x, n, t);
+        settled = f.or(settled, use_trig);
+    }
+    if let Some(l) = limit {
+        let lim = f.full_like(n, l);
+        let over = f.compare(Cmp::Gt, n, lim);
+        settled = f.or(settled, over);
+    }
+    let mut y = recurrence(cx, kind, x, n, settled);
+    // A degree past MAX_DEGREE that needs the recurrence is NaN, and the
+    // next host read reports it (a loop of that many steps would hang).
+    let f = &mut cx.f;
+    let cap = f.full_like(n, MAX_DEGREE as f64);
+    let past = f.compare(Cmp::Gt, n, cap);
+    let open = f.not(settled);
+    let past = f.and(past, open);
+    let nan = f.full_like(y, f64::NAN);
+    y = f.select(past, nan, y);
+    let within = f.not(past);
+    cx.check_values(within, &format!("degree above {MAX_DEGREE} is not supported on tpu for |x| where the recurrence runs (one step per degree)"));
     let f = &mut cx.f;
     if let Some(t) = trig {
-        y = trigonometric(f, kind, x, n, t, y);
+        let (use_trig, v) = trigonometric(f, kind, x, n, t);
+        y = f.select(use_trig, v, y);
     }
-    y = closed_form(f, kind, x, n, y);
+    let (at, v) = closed_form(f, kind, x, n);
+    y = f.select(at, v, y);
     if let Some(l) = limit {
         let lim = f.full_like(n, l);
         let over = f.compare(Cmp::Gt, n, lim);
@@ -180,44 +211,47 @@ fn step(f: &mut Func, kind: Kind, k: V, x: V, p: V, q: V) -> V {
     }
 }
 
+/// The largest degree the recurrence runs to (one loop step per degree).
+const MAX_DEGREE: i64 = 1 << 20;
+
 /// The three-term recurrence up to each element's degree (0 and 1 included):
-/// one while loop over k = 1, 2, ... while any element has k < n, its value
-/// is not NaN and (Hermite) its degree is within the limit.
-fn recurrence(cx: &mut Cx, kind: Kind, x: V, n: V, limit: Option<f64>) -> V {
+/// one while loop over k = 1, 2, ... while any element not `settled` has
+/// k < n, its value is not NaN and k is within [`MAX_DEGREE`].
+fn recurrence(cx: &mut Cx, kind: Kind, x: V, n: V, settled: V) -> V {
     let ty = cx.ty(x).clone();
     let p0 = cx.f.full_like(x, 1.0);
     let q0 = first(&mut cx.f, kind, x);
     let k0 = cx.f.full_like(x, 1.0);
-    let tys = [ty.clone(), ty.clone(), ty.clone(), ty.clone(), ty.clone()];
+    let pred = ty.with_elem(crate::hlo::Elem::Pred);
+    let tys = [ty.clone(), ty.clone(), ty.clone(), ty.clone(), ty.clone(), pred];
     let rank = ty.rank();
-    let running = move |f: &mut Func, k: V, n: V, q: V| {
+    let running = move |f: &mut Func, k: V, n: V, q: V, settled: V| {
         let below = f.compare(Cmp::Lt, k, n);
         let live = f.compare(Cmp::Eq, q, q);
-        let mut r = f.and(below, live);
-        if let Some(l) = limit {
-            let lim = f.full_like(n, l);
-            let within = f.compare(Cmp::Le, n, lim);
-            r = f.and(r, within);
-        }
-        r
+        let cap = f.full_like(k, MAX_DEGREE as f64);
+        let within = f.compare(Cmp::Lt, k, cap);
+        let open = f.not(settled);
+        let r = f.and(below, live);
+        let r = f.and(r, within);
+        f.and(r, open)
     };
-    // Carried: x, n, p, q, k.
+    // Carried: x, n, p, q, k, settled.
     let cond = cx.f.region(&tys, |f, v| {
-        let r = running(f, v[4], v[1], v[3]);
+        let r = running(f, v[4], v[1], v[3], v[5]);
         let no = f.splat(&Ty::scalar(crate::hlo::Elem::Pred), 0.0);
         vec![f.reduce(r, no, &(0..rank).collect::<Vec<_>>(), Reducer::Or)]
     });
     let body = cx.f.region(&tys, |f, v| {
-        let (x, n, p, q, k) = (v[0], v[1], v[2], v[3], v[4]);
-        let go = running(f, k, n, q);
+        let (x, n, p, q, k, settled) = (v[0], v[1], v[2], v[3], v[4], v[5]);
+        let go = running(f, k, n, q, settled);
         let r = step(f, kind, k, x, p, q);
         let p = f.select(go, q, p);
         let q = f.select(go, r, q);
         let one = f.full_like(k, 1.0);
         let k = f.add(k, one);
-        vec![x, n, p, q, k]
+        vec![x, n, p, q, k, settled]
     });
-    let out = cx.f.op("stablehlo.while", &[x, n, p0, q0, k0], &[cond, body], "", &tys);
+    let out = cx.f.op("stablehlo.while", &[x, n, p0, q0, k0, settled], &[cond, body], "", &tys);
     let f = &mut cx.f;
     let zero = f.full_like(n, 0.0);
     let is0 = f.compare(Cmp::Eq, n, zero);
@@ -253,9 +287,9 @@ fn alternating(f: &mut Func, n: V) -> V {
     f.select(e, one, m1)
 }
 
-/// The Chebyshev polynomials' trigonometric form for |x| < 1 and a degree
-/// past `threshold`, with θ = acos x.
-fn trigonometric(f: &mut Func, kind: Kind, x: V, n: V, threshold: f64, y: V) -> V {
+/// The Chebyshev polynomials' trigonometric form, with θ = acos x: where
+/// it applies (|x| < 1 and a degree past `threshold`), and its value.
+fn trigonometric(f: &mut Func, kind: Kind, x: V, n: V, threshold: f64) -> (V, V) {
     let theta = f.unary("chlo.acos", x);
     let one = f.full_like(x, 1.0);
     let half = f.full_like(x, 0.5);
@@ -305,19 +339,19 @@ fn trigonometric(f: &mut Func, kind: Kind, x: V, n: V, threshold: f64, y: V) -> 
             let alt = f.select(pos, odd, alt);
             f.select(at, alt, q)
         }
-        _ => return y,
+        // Nowhere: `x < x` is false for every x, NaN included.
+        _ => return (f.compare(Cmp::Lt, x, x), x),
     };
     let ax = f.unary("stablehlo.abs", x);
     let inside = f.compare(Cmp::Lt, ax, one);
     let th = f.full_like(n, threshold);
     let past = f.compare(Cmp::Gt, n, th);
-    let use_trig = f.and(inside, past);
-    f.select(use_trig, v, y)
+    (f.and(inside, past), v)
 }
 
-/// The values the CPU kernels give in closed form: at x = ±1 for Chebyshev
-/// and Legendre, at x = 0 for Laguerre.
-fn closed_form(f: &mut Func, kind: Kind, x: V, n: V, y: V) -> V {
+/// The values the CPU kernels give in closed form (at x = ±1 for Chebyshev
+/// and Legendre, at x = 0 for Laguerre): where, and the value.
+fn closed_form(f: &mut Func, kind: Kind, x: V, n: V) -> (V, V) {
     let one = f.full_like(x, 1.0);
     let zero = f.full_like(x, 0.0);
     let ax = f.unary("stablehlo.abs", x);
@@ -344,7 +378,10 @@ fn closed_form(f: &mut Func, kind: Kind, x: V, n: V, y: V) -> V {
             (f.compare(Cmp::Eq, ax, one), f.select(pos, odd, alt))
         }
         Kind::Laguerre => (f.compare(Cmp::Eq, x, zero), one),
-        Kind::HermiteH | Kind::HermiteHe => return y,
+        Kind::HermiteH | Kind::HermiteHe => {
+            // Nowhere: NaN compares unequal to itself, so `x < x` is false.
+            return (f.compare(Cmp::Lt, x, x), x);
+        }
     };
-    f.select(at, v, y)
+    (at, v)
 }

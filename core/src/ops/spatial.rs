@@ -1,8 +1,7 @@
 //! Spatial ops: reflection / replication padding, nearest, nearest-exact
 //! and (bi/tri)linear upsampling in 1, 2 and 3 dims (with their backward
-//! kernels), `im2col` / `col2im`,
-//! `grid_sampler_2d`, `_cdist_forward` / `_pdist_forward` and
-//! `_embedding_bag`.
+//! kernels), `im2col` / `col2im`, `grid_sampler_2d` and `_embedding_bag`
+//! (the distances are in [`super::distance`]).
 //!
 //! Where the source positions depend only on shapes (padding, upsampling),
 //! PyTorch's index and weight arithmetic runs on the host, in the same
@@ -23,7 +22,6 @@ pub fn register(r: &mut Builder) {
     register_padding(r);
     register_upsample(r);
     register_blocks(r);
-    register_distance(r);
     // `_forward_only` is what nn.EmbeddingBag calls when no gradient is
     // needed: the same results.
     for name in ["_embedding_bag", "_embedding_bag_forward_only"] {
@@ -918,151 +916,6 @@ fn grid_sampler_2d(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
     };
     let y = cx.f.transpose(y, &[0, 3, 1, 2]);
     Ok(vec![cx.f.convert(y, d)])
-}
-
-// ----------------------------------------------------------- cdist / pdist
-
-/// The `p`-norm of `diff` (already absolute) over `dim`, as PyTorch's
-/// distance kernels compute it (special cases 0, 1, 2 and inf).
-fn pnorm(cx: &mut Cx, diff: V, dim: usize, p: f64) -> V {
-    let elem = cx.ty(diff).elem;
-    let zero = cx.f.constant(elem, 0.0);
-    if p == 0.0 {
-        let z = cx.f.full_like(diff, 0.0);
-        let nz = cx.f.compare(Cmp::Ne, diff, z);
-        let nz = cx.f.convert(nz, elem);
-        return cx.f.reduce(nz, zero, &[dim], Reducer::Add);
-    }
-    if p == f64::INFINITY {
-        return cx.f.reduce(diff, zero, &[dim], Reducer::Max);
-    }
-    if p == 1.0 {
-        return cx.f.reduce(diff, zero, &[dim], Reducer::Add);
-    }
-    if p == 2.0 {
-        let sq = cx.f.mul(diff, diff);
-        let s = cx.f.reduce(sq, zero, &[dim], Reducer::Add);
-        return cx.f.unary("stablehlo.sqrt", s);
-    }
-    let pv = cx.f.full_like(diff, p);
-    let pw = cx.f.binary("stablehlo.power", diff, pv);
-    let s = cx.f.reduce(pw, zero, &[dim], Reducer::Add);
-    let inv = cx.f.full_like(s, 1.0 / p);
-    cx.f.binary("stablehlo.power", s, inv)
-}
-
-/// cdist and pdist run only for f32 and f64 on CPU.
-fn distance_dtype(cx: &Cx, x: V, name: &str) -> Result<DType> {
-    let d = cx.dtype(x);
-    if !d.is_float() {
-        if name == "cdist" {
-            bail_op!(&*cx.op, "cdist only supports floating-point dtypes, X1 got: {d}");
-        }
-        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
-    }
-    if !matches!(d, DType::F32 | DType::F64) {
-        bail_op!(&*cx.op, "\"{name}\" not implemented for '{d}'");
-    }
-    Ok(d)
-}
-
-fn cdist_forward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
-    let (x1, x2, p) = (a.tensor(0)?, a.tensor(1)?, a.float(2)?);
-    let mode = a.opt_int(3).unwrap_or(0);
-    let (d1, d2) = (cx.dims(x1), cx.dims(x2));
-    let d = distance_dtype(cx, x1, "cdist")?;
-    if cx.dtype(x2) != d {
-        bail_op!(&*cx.op, "expected scalar type {d} but found {}", cx.dtype(x2));
-    }
-    for (dims, name) in [(&d1, "X1"), (&d2, "X2")] {
-        if dims.len() < 2 {
-            bail_op!(&*cx.op, "cdist only supports at least 2D tensors, {name} got: {}D", dims.len());
-        }
-    }
-    let (r1, r2) = (d1.len(), d2.len());
-    let (m1, m2) = (d1[r1 - 1], d2[r2 - 1]);
-    if m1 != m2 {
-        bail_op!(&*cx.op, "X1 and X2 must have the same number of columns. X1: {m1} X2: {m2}");
-    }
-    if p.is_nan() || p < 0.0 {
-        bail_op!(&*cx.op, "cdist only supports non-negative p values");
-    }
-    if !(0..=2).contains(&mode) {
-        bail_op!(&*cx.op, "possible modes: 0, 1, 2, but was: {mode}");
-    }
-    let batch = shape::broadcast(&cx.op, &d1[..r1 - 2], &d2[..r2 - 2])?;
-    let (pr, rr, m) = (d1[r1 - 2], d2[r2 - 2], m1);
-    let mut out: Vec<i64> = batch.to_vec();
-    out.extend([pr, rr]);
-    if shape::numel(&out) == 0 || m == 0 {
-        return Ok(vec![cx.f.splat(&Ty::new(d, &out), 0.0)]);
-    }
-    let b = shape::numel(&batch);
-    let expand = |cx: &mut Cx, x: V, rows: i64| {
-        let mut full = batch.to_vec();
-        full.extend([rows, m]);
-        let x = cx.f.broadcast_to(x, &full);
-        cx.f.reshape(x, &[b, rows, m])
-    };
-    let (x1, x2) = (expand(cx, x1, pr), expand(cx, x2, rr));
-    let y = if p == 2.0 && (mode == 1 || (mode == 0 && (pr > 25 || rr > 25))) {
-        // PyTorch's `_euclidean_dist`: |a|^2 - 2ab + |b|^2 as one matmul.
-        let zero = cx.f.constant(d.into(), 0.0);
-        let norm = |cx: &mut Cx, x: V, rows: i64| {
-            let sq = cx.f.mul(x, x);
-            let s = cx.f.reduce(sq, zero, &[2], Reducer::Add);
-            cx.f.reshape(s, &[b, rows, 1])
-        };
-        let (n1, n2) = (norm(cx, x1, pr), norm(cx, x2, rr));
-        let (o1, o2) = (cx.f.full_like(n1, 1.0), cx.f.full_like(n2, 1.0));
-        let m2 = cx.f.full_like(x1, -2.0);
-        let x1m = cx.f.mul(x1, m2);
-        let a1 = cx.f.concatenate(&[x1m, n1, o1], 2);
-        let a2 = cx.f.concatenate(&[x2, o2, n2], 2);
-        let prod = cx.f.dot_general(a1, a2, &[0], &[0], &[2], &[2], d.into());
-        let z = cx.f.full_like(prod, 0.0);
-        let prod = cx.f.max(prod, z);
-        cx.f.unary("stablehlo.sqrt", prod)
-    } else {
-        let full = [b, pr, rr, m];
-        let e1 = cx.f.broadcast_in_dim(x1, &[0, 1, 3], &full);
-        let e2 = cx.f.broadcast_in_dim(x2, &[0, 2, 3], &full);
-        let diff = cx.f.sub(e1, e2);
-        let diff = cx.f.unary("stablehlo.abs", diff);
-        pnorm(cx, diff, 3, p)
-    };
-    Ok(vec![cx.f.reshape(y, &out)])
-}
-
-fn pdist_forward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
-    let (x, p) = (a.tensor(0)?, a.float(1)?);
-    let dims = cx.dims(x);
-    if dims.len() != 2 {
-        bail_op!(&*cx.op, "pdist only supports 2D tensors, got: {}D", dims.len());
-    }
-    let d = distance_dtype(cx, x, "pdist")?;
-    let (n, m) = (dims[0], dims[1]);
-    let (mut i, mut j) = (Vec::new(), Vec::new());
-    for r in 0..n {
-        for s in r + 1..n {
-            i.push(r);
-            j.push(s);
-        }
-    }
-    let k = i.len() as i64;
-    if k == 0 || m == 0 {
-        return Ok(vec![cx.f.splat(&Ty::new(d, &[k]), 0.0)]);
-    }
-    let a = take(cx, x, 0, &i);
-    let b = take(cx, x, 0, &j);
-    let diff = cx.f.sub(a, b);
-    let diff = cx.f.unary("stablehlo.abs", diff);
-    Ok(vec![pnorm(cx, diff, 1, p)])
-}
-
-fn register_distance(r: &mut Builder) {
-    r.op("aten::_cdist_forward(Tensor x1, Tensor x2, float p, int? compute_mode) -> Tensor", cdist_forward);
-    r.op("aten::_pdist_forward(Tensor self, float p=2) -> Tensor", pdist_forward);
 }
 
 // ------------------------------------------------------------ embedding_bag

@@ -234,7 +234,9 @@ fn polygamma(cx: &mut Cx, n: i64, x: V) -> Result<Vec<V>> {
         _ => {
             let s = cx.f.full_like(xc, (n + 1) as f64);
             let z = zeta(cx, s, xc);
-            let fact: f64 = (1..=n).map(|k| k as f64).product();
+            // n! overflows f64 past 170 (the CPU's exp(lgamma(n + 1)) is
+            // inf there too); the product stops so a huge n cannot hang.
+            let fact: f64 = if n > 170 { f64::INFINITY } else { (1..=n).map(|k| k as f64).product() };
             let c = cx.f.full_like(z, if n % 2 == 1 { fact } else { -fact });
             cx.f.mul(c, z)
         }
