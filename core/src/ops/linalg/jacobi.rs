@@ -32,7 +32,7 @@ use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
 use crate::shape;
 
-use super::{mt, qr, square};
+use super::{identity, mt, qr, square};
 
 /// A bound on sweeps; quadratic convergence needs far fewer.
 const MAX_SWEEPS: i64 = 40;
@@ -153,6 +153,25 @@ fn rotation(f: &mut Func, alpha: V, beta: V, gamma: V, need: V) -> (V, V) {
     (f.select(need, c, one), f.select(need, s, zero))
 }
 
+/// Whether the pair with `[α γ; γ β]` needs a rotation: `|γ| > tol
+/// sqrt(|α β|)` (so a zero `γ` never does, and any nonzero one does when a
+/// diagonal entry is zero).
+fn needs_rotation(f: &mut Func, alpha: V, beta: V, gamma: V, tol: f64) -> V {
+    let prod = f.mul(alpha, beta);
+    let prod = f.unary("stablehlo.abs", prod);
+    let root = f.unary("stablehlo.sqrt", prod);
+    let tv = f.full_like(root, tol);
+    let lim = f.mul(tv, root);
+    let ag = f.unary("stablehlo.abs", gamma);
+    f.compare(Cmp::Gt, ag, lim)
+}
+
+/// Whether any of the batch `[b]` holds.
+fn any(f: &mut Func, x: V) -> V {
+    let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
+    f.reduce(x, no, &[0], Reducer::Or)
+}
+
 /// Runs cyclic Jacobi sweeps: `step(f, state, p, q)` rotates pair (p, q)
 /// and returns the new state and whether any matrix needed a rotation.
 /// Stops after a sweep that rotated nothing, or `MAX_SWEEPS`.
@@ -205,16 +224,6 @@ fn sweeps(cx: &mut Cx, init: &[V], n: i64, step: impl FnOnce(&mut Func, &[V], V,
     out
 }
 
-/// Identity matrices `[b, n, n]`.
-fn eye(f: &mut Func, elem: Elem, b: i64, n: i64) -> V {
-    let t = Ty::new(Elem::I64, &[b, n, n]);
-    let (r, c) = (f.iota(&t, 1), f.iota(&t, 2));
-    let on = f.compare(Cmp::Eq, r, c);
-    let one = f.splat(&Ty::new(elem, &[b, n, n]), 1.0);
-    let zero = f.splat(&Ty::new(elem, &[b, n, n]), 0.0);
-    f.select(on, one, zero)
-}
-
 /// Sorts `keys` `[b, n]` (descending or ascending) and permutes the columns
 /// of each of `mats` `[b, r, n]` the same way.
 fn sort_columns(cx: &mut Cx, keys: V, mats: &[V], descending: bool) -> (V, Vec<V>) {
@@ -264,8 +273,8 @@ fn svd(cx: &mut Cx, x: V, full: bool, uv: bool) -> Result<Vec<V>> {
             return Ok(vec![e1, s, e2]);
         }
         // An empty matrix's full factors are identities.
-        let u = identity_like(cx, &with(&[m, u_cols]), d);
-        let vh = identity_like(cx, &with(&[vh_rows, n]), d);
+        let u = identity(cx, &with(&[m, u_cols]), Elem::from(d));
+        let vh = identity(cx, &with(&[vh_rows, n]), Elem::from(d));
         return Ok(vec![u, s, vh]);
     }
     // Work on the tall orientation: a is [b, rows, cols] with rows >= cols.
@@ -273,7 +282,7 @@ fn svd(cx: &mut Cx, x: V, full: bool, uv: bool) -> Result<Vec<V>> {
     let a3 = cx.f.reshape(xc, &[b, m, n]);
     let wide = m < n;
     let (a3, rows, cols) = if wide { (mt(cx, a3), n, m) } else { (a3, m, n) };
-    let v0 = eye(&mut cx.f, elem, b, cols);
+    let v0 = identity(cx, &[b, cols, cols], elem);
     let tol = eps(od) * (rows as f64).sqrt();
     let (w, v) = if cols < 2 {
         (a3, v0)
@@ -287,18 +296,11 @@ fn svd(cx: &mut Cx, x: V, full: bool, uv: bool) -> Result<Vec<V>> {
             let beta = total(f, qq, &[1, 2]);
             let pq = f.mul(wp, wq);
             let gamma = total(f, pq, &[1, 2]);
-            let ab = f.mul(alpha, beta);
-            let nab = f.unary("stablehlo.sqrt", ab);
-            let tv = f.full_like(nab, tol);
-            let lim = f.mul(tv, nab);
-            let ag = f.unary("stablehlo.abs", gamma);
-            let need = f.compare(Cmp::Gt, ag, lim);
+            let need = needs_rotation(f, alpha, beta, gamma, tol);
             let (c, sn) = rotation(f, alpha, beta, gamma, need);
             let w = rotate_columns(f, w, p, q, c, sn);
             let v = rotate_columns(f, v, p, q, c, sn);
-            let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
-            let any = f.reduce(need, no, &[0], Reducer::Or);
-            (vec![w, v], any)
+            (vec![w, v], any(f, need))
         });
         (out[0], out[1])
     };
@@ -367,17 +369,6 @@ fn complete(cx: &mut Cx, u: V, b: i64, rows: i64, cols: i64, want: i64) -> Resul
     Ok(cx.f.mul(q, sb))
 }
 
-/// Identity-like `[..., r, c]` (ones on the main diagonal) in `d`.
-fn identity_like(cx: &mut Cx, dims: &[i64], d: DType) -> V {
-    let t = Ty::new(Elem::I64, dims);
-    let r = dims.len();
-    let (ri, ci) = (cx.f.iota(&t, r - 2), cx.f.iota(&t, r - 1));
-    let on = cx.f.compare(Cmp::Eq, ri, ci);
-    let one = cx.f.splat(&Ty::new(Elem::from(d), dims), 1.0);
-    let zero = cx.f.splat(&Ty::new(Elem::from(d), dims), 0.0);
-    cx.f.select(on, one, zero)
-}
-
 /// Eigenvalues (ascending) and eigenvectors of the symmetric matrices whose
 /// lower (or `upper`) triangles `x` `[..., n, n]` holds.
 pub(super) fn eigh(cx: &mut Cx, x: V, upper: bool, vectors: bool) -> Result<Vec<V>> {
@@ -409,7 +400,7 @@ pub(super) fn eigh(cx: &mut Cx, x: V, upper: bool, vectors: bool) -> Result<Vec<
     let off = cx.f.select(strict, a, zero);
     let offt = mt(cx, off);
     let a = cx.f.add(tri, offt);
-    let v0 = eye(&mut cx.f, elem, b, n);
+    let v0 = identity(cx, &[b, n, n], elem);
     let tol = eps(od);
     let (a, v) = if n < 2 {
         (a, v0)
@@ -424,21 +415,13 @@ pub(super) fn eigh(cx: &mut Cx, x: V, upper: bool, vectors: bool) -> Result<Vec<
             let app = entry(f, p, p);
             let aqq = entry(f, q, q);
             let apq = entry(f, p, q);
-            let prod = f.mul(app, aqq);
-            let prod = f.unary("stablehlo.abs", prod);
-            let root = f.unary("stablehlo.sqrt", prod);
-            let tv = f.full_like(root, tol);
-            let lim = f.mul(tv, root);
-            let ag = f.unary("stablehlo.abs", apq);
-            let need = f.compare(Cmp::Gt, ag, lim);
+            let need = needs_rotation(f, app, aqq, apq, tol);
             let (c, sn) = rotation(f, app, aqq, apq, need);
             // A <- Jᵀ A J: the columns, then the rows.
             let a = rotate_columns(f, a, p, q, c, sn);
             let a = rotate_rows(f, a, p, q, c, sn);
             let v = rotate_columns(f, v, p, q, c, sn);
-            let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
-            let any = f.reduce(need, no, &[0], Reducer::Or);
-            (vec![a, v], any)
+            (vec![a, v], any(f, need))
         });
         (out[0], out[1])
     };
