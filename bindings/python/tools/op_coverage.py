@@ -125,7 +125,7 @@ def print_opinfo(report: dict) -> None:
     total = len(results) + len(documented)
     passing = {n for n, c in results.items() if c["pass"] and not c["fail"]}
     print(f"OpInfo database (torch {report['torch']}): {total} OpInfos; {len(documented)} skipped for a documented "
-          f"reason (random values, uninitialized memory, a harness limit); "
+          f"reason (random values, uninitialized memory, sparse layouts, a harness limit); "
           f"{len(passing)} / {len(results)} pass every sample they run ({100 * len(passing) / max(len(results), 1):.1f}%)")
     print(f"  {'family':14s} {'passing':>8s} {'of':>4s}")
     for fam in (*FAMILIES, "other"):
