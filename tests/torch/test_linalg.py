@@ -328,3 +328,36 @@ def test_matrix_sqrth():
     # An indefinite matrix: its negative eigenvalue counts as 0, as on the CPU.
     ind = torch.tensor([[1.0, 2.0], [2.0, 1.0]])
     _same(torch.linalg.matrix_sqrth(_t(ind)), torch.full((2, 2), math.sqrt(3) / 2))
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (3, 3), (2, 6, 4)])
+def test_lstsq(driver, shape):
+    """Every output of every driver (which ones exist, their shapes and
+    values) against LAPACK, matrix and vector right-hand sides."""
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(*shape, generator=g)
+    for b in (torch.randn(*shape[:-1], 2, generator=g), torch.randn(*shape[:-1], generator=g)):
+        got, want = torch.linalg.lstsq(_t(a), _t(b), driver=driver), torch.linalg.lstsq(a, b, driver=driver)
+        for x, y in zip(got, want):
+            assert x.shape == y.shape and x.dtype == y.dtype
+            _same(x, y)
+
+
+def test_lstsq_rank_deficient_and_gradient():
+    g = torch.Generator().manual_seed(12)
+    a = torch.randn(5, 3, generator=g)
+    a[:, 2] = a[:, 1]
+    b = torch.randn(5, 2, generator=g)
+    got = torch.linalg.lstsq(_t(a), _t(b), driver="gelsd")
+    want = torch.linalg.lstsq(a, b, driver="gelsd")  # the minimum-norm solution
+    assert got.rank.item() == 2 and got.residuals.numel() == 0  # no residuals unless full rank
+    _same(got.solution, want.solution)
+    _same(got.singular_values, want.singular_values)
+    x, y = torch.randn(6, 3, generator=g), torch.randn(6, 2, generator=g)
+    xc, yc = x.clone().requires_grad_(), y.clone().requires_grad_()
+    xt, yt = _t(x).requires_grad_(), _t(y).requires_grad_()
+    (torch.linalg.lstsq(xc, yc).solution ** 2).sum().backward()
+    (torch.linalg.lstsq(xt, yt).solution ** 2).sum().backward()
+    _same(xt.grad, xc.grad, tol=LOOSE)
+    _same(yt.grad, yc.grad, tol=LOOSE)

@@ -527,6 +527,10 @@ pub enum Composite {
     /// zeros. A storage has a fixed size, so the grown one is a new tensor
     /// in `self`'s place, which a frontend with mutable tensors rebinds.
     Resize,
+    /// `linalg_lstsq`: the least-squares solution from the SVD, and whether
+    /// the residuals exist (for the SVD drivers, only when every matrix
+    /// has full rank) read on the host once.
+    Lstsq,
     /// `bincount`: the inputs' minimum and maximum are read on the host
     /// once (a sync, as on CUDA) to check them and size the result, then
     /// the counts (or summed weights) are a `scatter_add`.

@@ -11,6 +11,8 @@
 //!   the `_native_batch_norm_legit` forms; `out=` forms run their
 //!   functional op and copy into `out`; `resize_` grows a storage; `bincount`
 //!   reads its inputs' range on the host once to size its result;
+//!   `linalg_lstsq` solves through the SVD and reads once whether its
+//!   residuals exist;
 //! - a result that the schema does not declare an alias of an argument never
 //!   shares an argument's storage ([`Runtime::unaliased`]).
 
@@ -93,6 +95,17 @@ impl Runtime {
                     _ => 0,
                 };
                 Ok(vec![self.bincount(op, tensor_arg(op, bound, 0)?, weights, minlength)?.into()])
+            }
+            Composite::Lstsq => {
+                let rcond = match bound.get(2) {
+                    Some(Value::Double(r)) => Some(*r),
+                    _ => None,
+                };
+                let driver = match bound.get(3) {
+                    Some(Value::Str(d)) => Some(d.as_str()),
+                    _ => None,
+                };
+                self.lstsq(op, tensor_arg(op, bound, 0)?, tensor_arg(op, bound, 1)?, rcond, driver)
             }
             Composite::NativeBatchNorm => {
                 // (input, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -320,6 +333,102 @@ impl Runtime {
         };
         let index = self.call1("aten::_to_copy", &[x.into(), Value::DType(DType::I64)])?;
         self.call1("aten::scatter_add", &[zeros.into(), Value::Int(0), index.into(), src.into()])
+    }
+
+    /// `linalg_lstsq`, from the SVD `A = U S Vh`: `X = Vhᵀ diag(1/s) Uᵀ B`
+    /// over the singular values above `rcond` times the largest (default
+    /// `eps max(m, n)`), which is the minimum-norm solution. For matrices of
+    /// full rank every driver's solution is this one; for rank-deficient
+    /// ones it is `gelsd`'s and `gelss`'s (LAPACK's `gelsy` and `gels`
+    /// return other solutions there). What each driver returns besides, as
+    /// on the CPU: `rank` (not for `gels`), the singular values (`gelsd`,
+    /// `gelss`) and, for tall matrices, the squared residuals of each
+    /// column (`gels`; `gelsd` and `gelss` when every matrix has full rank,
+    /// which is read on the host once; never `gelsy`).
+    fn lstsq(self: &Arc<Self>, op: &str, a: &Tensor, b: &Tensor, rcond: Option<f64>, driver: Option<&str>) -> Result<Vec<Value>> {
+        let driver = driver.unwrap_or("gelsy");
+        if !matches!(driver, "gels" | "gelsy" | "gelsd" | "gelss") {
+            return Err(Error::op(op, "torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)"));
+        }
+        let d = a.dtype();
+        if !d.is_float() || b.dtype() != d {
+            return Err(Error::op(op, format!("torch.linalg.lstsq: expected float tensors of one dtype, got {d} and {}", b.dtype())));
+        }
+        let r = a.rank();
+        if r < 2 {
+            return Err(Error::op(op, format!("torch.linalg.lstsq: input must have at least 2 dimensions, got {r}")));
+        }
+        let (m, n) = (a.sizes()[r - 2], a.sizes()[r - 1]);
+        let vector = b.rank() == r - 1;
+        let b = if vector { self.call1("aten::unsqueeze", &[b.into(), Value::Int(-1)])? } else { b.clone() };
+        if b.rank() != r || b.sizes()[r - 2] != m {
+            return Err(Error::op(op, "torch.linalg.lstsq: input.size(-2) should match other.size(-2)"));
+        }
+        if b.sizes()[..r - 2] != a.sizes()[..r - 2] {
+            return Err(Error::op(
+                op,
+                format!(
+                    "torch.linalg.lstsq: the batch dims of input {} and other {} must be equal",
+                    shape::fmt(a.sizes()),
+                    shape::fmt(b.sizes())
+                ),
+            ));
+        }
+        let int = |v: i64| Value::Int(v);
+        let mt = |t: Tensor| self.call1("aten::transpose.int", &[t.into(), int(-2), int(-1)]);
+        let usv = self.call("aten::_linalg_svd", &[a.into(), Value::Bool(false), Value::Bool(true), Value::None])?;
+        let [u, s, vh]: [Tensor; 3] = usv
+            .into_iter()
+            .map(Value::into_tensor)
+            .collect::<Result<Vec<_>>>()?
+            .try_into()
+            .map_err(|_| Error::Internal(format!("{op}: the SVD returned other than three tensors")))?;
+        let eps = if d == DType::F64 { f64::EPSILON } else if d == DType::F32 { f32::EPSILON as f64 } else { 2f64.powi(-7) };
+        let rcond = rcond.filter(|r| *r >= 0.0).unwrap_or(eps * m.max(n) as f64);
+        let k = m.min(n);
+        let (solution, rank) = if k == 0 {
+            let mut dims = a.sizes()[..r - 2].to_vec();
+            dims.extend([n, b.sizes()[r - 1]]);
+            let zeros = self.call1("aten::zeros", &[Value::IntList(dims), Value::DType(d)])?;
+            let rank = self.call1("aten::zeros", &[Value::IntList(a.sizes()[..r - 2].to_vec()), Value::DType(DType::I64)])?;
+            (zeros, rank)
+        } else {
+            // The singular values kept: above rcond times the largest (the first).
+            let smax = self.call1("aten::slice.Tensor", &[(&s).into(), int(-1), int(0), int(1), int(1)])?;
+            let cut = self.call1("aten::mul.Scalar", &[smax.into(), Value::Scalar(Scalar::Float(rcond))])?;
+            let keep = self.call1("aten::gt.Tensor", &[(&s).into(), cut.into()])?;
+            let inv = self.call1("aten::reciprocal", &[(&s).into()])?;
+            let zero = self.call1("aten::zeros_like", &[(&s).into()])?;
+            let inv = self.call1("aten::where.self", &[(&keep).into(), inv.into(), zero.into()])?;
+            let inv = self.call1("aten::unsqueeze", &[inv.into(), int(-1)])?;
+            let utb = self.call1("aten::matmul", &[mt(u)?.into(), (&b).into()])?;
+            let scaled = self.call1("aten::mul.Tensor", &[utb.into(), inv.into()])?;
+            let x = self.call1("aten::matmul", &[mt(vh)?.into(), scaled.into()])?;
+            let rank = self.call1("aten::sum.dim_IntList", &[keep.into(), Value::IntList(vec![-1]), Value::Bool(false), Value::DType(DType::I64)])?;
+            (x, rank)
+        };
+        let empty = |dtype: DType| self.call1("aten::empty.memory_format", &[Value::IntList(vec![0]), Value::DType(dtype)]);
+        let residuals = if m > n && driver != "gelsy" && k > 0 {
+            let full = driver == "gels" || {
+                let deficient = self.call1("aten::ne.Scalar", &[(&rank).into(), Value::Scalar(Scalar::Int(n))])?;
+                let any = self.call1("aten::any", &[deficient.into()])?;
+                self.tensor_to_host(&any)?.first().copied() == Some(0)
+            };
+            if full {
+                let ax = self.call1("aten::matmul", &[a.into(), (&solution).into()])?;
+                let res = self.call1("aten::sub.Tensor", &[ax.into(), (&b).into(), Value::Scalar(Scalar::Int(1))])?;
+                let sq = self.call1("aten::mul.Tensor", &[(&res).into(), (&res).into()])?;
+                self.call1("aten::sum.dim_IntList", &[sq.into(), Value::IntList(vec![-2]), Value::Bool(false), Value::None])?
+            } else {
+                empty(d)?
+            }
+        } else {
+            empty(d)?
+        };
+        let solution = if vector { self.call1("aten::squeeze.dim", &[solution.into(), int(-1)])? } else { solution };
+        let rank = if driver == "gels" { empty(DType::I64)? } else { rank };
+        let singular = if matches!(driver, "gelsd" | "gelss") { s } else { empty(d)? };
+        Ok(vec![solution.into(), residuals.into(), rank.into(), singular.into()])
     }
 
     fn nonzero(self: &Arc<Self>, x: &Tensor) -> Result<Tensor> {

@@ -33,6 +33,11 @@ pub fn register(r: &mut Builder) {
     qr::register(r);
     jacobi::register(r);
     matrix_fn::register(r);
+    r.composite(
+        "aten::linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) \
+         -> (Tensor solution, Tensor residuals, Tensor rank, Tensor singular_values)",
+        super::Composite::Lstsq,
+    );
     register_products(r);
     register_fused(r);
     register_cross(r);
