@@ -1,5 +1,5 @@
 """F.interpolate in 1, 2 and 3 spatial dims on "tpu" against the CPU:
-nearest, nearest-exact and (bi/tri)linear (with and without
+nearest, nearest-exact, (bi/tri)linear and bicubic (2-d; with and without
 align_corners), by output size and by scale factor, forward and backward."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 def _cases():
     for n in (1, 2, 3):
-        for mode in ("nearest", "nearest-exact", LINEAR[n]):
+        for mode in ("nearest", "nearest-exact", LINEAR[n]) + (("bicubic",) if n == 2 else ()):
             for by in ("size", "scale"):
-                for align in ((False, True) if mode == LINEAR[n] else (None,)):
+                for align in ((False, True) if mode in (LINEAR[n], "bicubic") else (None,)):
                     yield n, mode, by, align
 
 

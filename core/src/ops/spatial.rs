@@ -1,6 +1,6 @@
 //! Spatial ops: reflection / replication padding, nearest, nearest-exact
-//! and (bi/tri)linear upsampling in 1, 2 and 3 dims (with their backward
-//! kernels), `im2col` / `col2im`, `grid_sampler_2d` and `_embedding_bag`
+//! and (bi/tri)linear upsampling in 1, 2 and 3 dims and bicubic in 2 (with
+//! their backward kernels), `im2col` / `col2im`, `grid_sampler_2d` and `_embedding_bag`
 //! (the distances are in [`super::distance`]).
 //!
 //! Where the source positions depend only on shapes (padding, upsampling),
@@ -340,6 +340,49 @@ fn linear_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, 
     m
 }
 
+/// Bicubic interpolation along one dim (Keys' kernel, a = -0.75, as
+/// PyTorch's `upsample_bicubic2d`): for every output position, four source
+/// positions `floor(src) - 1 .. floor(src) + 2` clamped to the input, and
+/// their weights. Unlike the linear map, the source is not clamped at 0.
+struct Cubic {
+    idx: [Vec<i64>; 4],
+    w: [Vec<f64>; 4],
+}
+
+fn cubic_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Cubic {
+    const A: f64 = -0.75;
+    let mut m = Cubic { idx: Default::default(), w: Default::default() };
+    let ratio = if align_corners {
+        if output > 1 {
+            opm((input - 1) as f64 / (output - 1) as f64, wide)
+        } else {
+            0.0
+        }
+    } else {
+        opm(scale_value(scale, input, output), wide)
+    };
+    // Keys' kernel for |x| <= 1 and 1 < |x| < 2.
+    let near = |x: f64| opm(((A + 2.0) * x - (A + 3.0)) * x * x + 1.0, wide);
+    let far = |x: f64| opm(((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A, wide);
+    for j in 0..output {
+        let src = if align_corners {
+            opm(ratio * j as f64, wide)
+        } else {
+            let s = opm(ratio * opm(j as f64 + 0.5, wide), wide);
+            opm(s - 0.5, wide)
+        };
+        let i = src.floor();
+        let t = opm(src - i, wide);
+        let i = i as i64;
+        let w = [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)];
+        for k in 0..4 {
+            m.idx[k].push((i - 1 + k as i64).clamp(0, input - 1));
+            m.w[k].push(w[k]);
+        }
+    }
+    m
+}
+
 /// The checked geometry of an n-d upsampling call: input `[N, C, *n]` and
 /// the output's `n` spatial sizes.
 fn upsample_check(cx: &Cx, input: &[i64], out: &[i64]) -> Result<()> {
@@ -404,6 +447,8 @@ enum Interp {
     Nearest,
     NearestExact,
     Linear,
+    /// Bicubic, 2-d only.
+    Cubic,
 }
 
 /// The names of the upsampling ops of `n` spatial dims.
@@ -412,6 +457,7 @@ fn upsample_name(mode: Interp, n: usize) -> String {
         Interp::Nearest => format!("upsample_nearest{n}d"),
         Interp::NearestExact => format!("_upsample_nearest_exact{n}d"),
         Interp::Linear => format!("upsample_{}{n}d", ["linear", "bilinear", "trilinear"][n - 1]),
+        Interp::Cubic => format!("upsample_bicubic{n}d"),
     }
 }
 
@@ -427,11 +473,13 @@ fn scale_decls(n: usize) -> String {
 
 fn register_upsample(r: &mut Builder) {
     for n in 1..=3usize {
-        for mode in [Interp::Nearest, Interp::NearestExact, Interp::Linear] {
+        let cubic = (n == 2).then_some(Interp::Cubic);
+        for mode in [Interp::Nearest, Interp::NearestExact, Interp::Linear].into_iter().chain(cubic) {
             let name = upsample_name(mode, n);
-            let align = if mode == Interp::Linear { "bool align_corners, " } else { "" };
+            let interpolates = matches!(mode, Interp::Linear | Interp::Cubic);
+            let align = if interpolates { "bool align_corners, " } else { "" };
             // Argument positions after output_size (and input_size).
-            let lin = usize::from(mode == Interp::Linear);
+            let lin = usize::from(interpolates);
             r.op(
                 &format!("aten::{name}(Tensor self, SymInt[{n}] output_size, {align}{}) -> Tensor", scale_decls(n)),
                 move |cx, a| {
@@ -441,8 +489,8 @@ fn register_upsample(r: &mut Builder) {
                     upsample_check(cx, &dims, &out)?;
                     let d = require_float(cx, x, &format!("{}_out_frame", upsample_name(mode, n)))?;
                     let scales: Vec<Option<f64>> = (0..n).map(|k| a.opt_float(2 + lin + k)).collect();
-                    let align = mode == Interp::Linear && a.bool(2)?;
-                    let mut y = if mode == Interp::Linear { up(cx, x) } else { x };
+                    let align = interpolates && a.bool(2)?;
+                    let mut y = if interpolates { up(cx, x) } else { x };
                     for k in 0..n {
                         let (input, output) = (dims[2 + k], out[k]);
                         y = match mode {
@@ -455,6 +503,19 @@ fn register_upsample(r: &mut Builder) {
                                 let y1 = take(cx, y, 2 + k, &m.i1);
                                 let y1 = scale_along(cx, y1, 2 + k, &m.w1);
                                 cx.f.add(y0, y1)
+                            }
+                            Interp::Cubic => {
+                                let m = cubic_map(input, output, align, scales[k], d == DType::F64);
+                                let mut acc: Option<V> = None;
+                                for t in 0..4 {
+                                    let yt = take(cx, y, 2 + k, &m.idx[t]);
+                                    let yt = scale_along(cx, yt, 2 + k, &m.w[t]);
+                                    acc = Some(match acc {
+                                        Some(a) => cx.f.add(a, yt),
+                                        None => yt,
+                                    });
+                                }
+                                acc.expect("four taps")
                             }
                         };
                     }
@@ -476,7 +537,7 @@ fn register_upsample(r: &mut Builder) {
                     check_grad(cx, g, &dims, &out)?;
                     let d = require_float(cx, g, &format!("{}_backward_out_frame", upsample_name(mode, n)))?;
                     let scales: Vec<Option<f64>> = (0..n).map(|k| a.opt_float(3 + lin + k)).collect();
-                    let align = mode == Interp::Linear && a.bool(3)?;
+                    let align = interpolates && a.bool(3)?;
                     let mut y = up(cx, g);
                     for k in (0..n).rev() {
                         let (input, output) = (dims[2 + k], out[k]);
@@ -492,6 +553,19 @@ fn register_upsample(r: &mut Builder) {
                                 let y1 = scale_along(cx, y, 2 + k, &m.w1);
                                 let y1 = put_add(cx, y1, 2 + k, &m.i1, input);
                                 cx.f.add(y0, y1)
+                            }
+                            Interp::Cubic => {
+                                let m = cubic_map(input, output, align, scales[k], d == DType::F64);
+                                let mut acc: Option<V> = None;
+                                for t in 0..4 {
+                                    let yt = scale_along(cx, y, 2 + k, &m.w[t]);
+                                    let yt = put_add(cx, yt, 2 + k, &m.idx[t], input);
+                                    acc = Some(match acc {
+                                        Some(a) => cx.f.add(a, yt),
+                                        None => yt,
+                                    });
+                                }
+                                acc.expect("four taps")
                             }
                         };
                     }
