@@ -295,6 +295,31 @@ fn nearest_map(input: i64, output: i64, scale: Option<f64>) -> Vec<i64> {
         .collect()
 }
 
+/// The input step per output step of an interpolating upsampling
+/// (`area_pixel_compute_scale`).
+fn interp_ratio(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> f64 {
+    if align_corners {
+        if output > 1 {
+            opm((input - 1) as f64 / (output - 1) as f64, wide)
+        } else {
+            0.0
+        }
+    } else {
+        opm(scale_value(scale, input, output), wide)
+    }
+}
+
+/// The source coordinate of output position `j`
+/// (`area_pixel_compute_source_index` before its clamp at 0).
+fn interp_source(ratio: f64, j: i64, align_corners: bool, wide: bool) -> f64 {
+    if align_corners {
+        opm(ratio * j as f64, wide)
+    } else {
+        let s = opm(ratio * opm(j as f64 + 0.5, wide), wide);
+        opm(s - 0.5, wide)
+    }
+}
+
 /// Linear interpolation along one dim: for every output position, the two
 /// source positions and their weights (`compute_source_index_and_lambda`).
 struct Linear {
@@ -306,15 +331,7 @@ struct Linear {
 
 fn linear_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Linear {
     let mut m = Linear { i0: Vec::new(), i1: Vec::new(), w0: Vec::new(), w1: Vec::new() };
-    let ratio = if align_corners {
-        if output > 1 {
-            opm((input - 1) as f64 / (output - 1) as f64, wide)
-        } else {
-            0.0
-        }
-    } else {
-        opm(scale_value(scale, input, output), wide)
-    };
+    let ratio = interp_ratio(input, output, align_corners, scale, wide);
     for j in 0..output {
         if input == output {
             m.i0.push(j);
@@ -323,13 +340,8 @@ fn linear_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, 
             m.w1.push(0.0);
             continue;
         }
-        let src = if align_corners {
-            opm(ratio * j as f64, wide)
-        } else {
-            let s = opm(ratio * opm(j as f64 + 0.5, wide), wide);
-            let s = opm(s - 0.5, wide);
-            s.max(0.0)
-        };
+        let src = interp_source(ratio, j, align_corners, wide);
+        let src = if align_corners { src } else { src.max(0.0) };
         let i0 = (src.floor() as i64).min(input - 1);
         let l1 = opm(src - i0 as f64, wide).clamp(0.0, 1.0);
         m.i0.push(i0);
@@ -352,25 +364,12 @@ struct Cubic {
 fn cubic_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Cubic {
     const A: f64 = -0.75;
     let mut m = Cubic { idx: Default::default(), w: Default::default() };
-    let ratio = if align_corners {
-        if output > 1 {
-            opm((input - 1) as f64 / (output - 1) as f64, wide)
-        } else {
-            0.0
-        }
-    } else {
-        opm(scale_value(scale, input, output), wide)
-    };
+    let ratio = interp_ratio(input, output, align_corners, scale, wide);
     // Keys' kernel for |x| <= 1 and 1 < |x| < 2.
     let near = |x: f64| opm(((A + 2.0) * x - (A + 3.0)) * x * x + 1.0, wide);
     let far = |x: f64| opm(((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A, wide);
     for j in 0..output {
-        let src = if align_corners {
-            opm(ratio * j as f64, wide)
-        } else {
-            let s = opm(ratio * opm(j as f64 + 0.5, wide), wide);
-            opm(s - 0.5, wide)
-        };
+        let src = interp_source(ratio, j, align_corners, wide);
         let i = src.floor();
         let t = opm(src - i, wide);
         let i = i as i64;
