@@ -722,14 +722,12 @@ fn gcd_lcm(cx: &mut Cx, a: &Args, lcm: bool) -> Result<Vec<V>> {
         (vs[0], vs[1])
     };
     let ty = cx.ty(ax).clone();
-    let rank = ty.rank();
     let tys = [ty.clone(), ty.clone()];
     // while any(a != 0): (a, b) = (b % a, a)
     let cond = cx.f.region(&tys, |f, s| {
         let zero = f.full_like(s[0], 0.0);
         let nz = f.compare(Cmp::Ne, s[0], zero);
-        let no = f.splat(&crate::hlo::Ty::scalar(crate::hlo::Elem::Pred), 0.0);
-        vec![f.reduce(nz, no, &(0..rank).collect::<Vec<_>>(), crate::hlo::Reducer::Or)]
+        vec![super::common::any(f, nz)]
     });
     let body = cx.f.region(&tys, |f, s| {
         let (a, b) = (s[0], s[1]);

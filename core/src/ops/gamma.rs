@@ -19,7 +19,7 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Ty, V};
 
 use super::common::{prepare, result_dtype, Ew};
 use super::{Args, Builder, Cx};
@@ -94,15 +94,13 @@ fn p_and_q(cx: &mut Cx, a: V, x: V) -> (V, V) {
 /// every element is done or `MAX_STEPS` passed. `step` returns the new
 /// state and whether each element has converged.
 fn converge(cx: &mut Cx, init: &[V], done: V, step: impl FnOnce(&mut Func, &[V]) -> (Vec<V>, V)) -> Vec<V> {
-    let rank = cx.ty(done).rank();
     let mut tys: Vec<Ty> = init.iter().map(|&v| cx.ty(v).clone()).collect();
     tys.push(cx.ty(done).clone());
     tys.push(Ty::scalar(Elem::I64));
     let n = init.len();
     let cond = cx.f.region(&tys, |f, s| {
         let undone = f.not(s[n]);
-        let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
-        let any = f.reduce(undone, no, &(0..rank).collect::<Vec<_>>(), Reducer::Or);
+        let any = super::common::any(f, undone);
         let cap = f.splat_int(&Ty::scalar(Elem::I64), MAX_STEPS);
         let more = f.compare(Cmp::Lt, s[n + 1], cap);
         vec![f.and(any, more)]

@@ -18,7 +18,7 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Func, Reducer, Ty, V};
+use crate::hlo::{Cmp, Func, V};
 
 use super::common::{float_of, prepare, result_dtype, Ew};
 use super::{Args, Builder, Cx};
@@ -224,7 +224,6 @@ fn recurrence(cx: &mut Cx, kind: Kind, x: V, n: V, settled: V) -> V {
     let k0 = cx.f.full_like(x, 1.0);
     let pred = ty.with_elem(crate::hlo::Elem::Pred);
     let tys = [ty.clone(), ty.clone(), ty.clone(), ty.clone(), ty.clone(), pred];
-    let rank = ty.rank();
     let running = move |f: &mut Func, k: V, n: V, q: V, settled: V| {
         let below = f.compare(Cmp::Lt, k, n);
         let live = f.compare(Cmp::Eq, q, q);
@@ -238,8 +237,7 @@ fn recurrence(cx: &mut Cx, kind: Kind, x: V, n: V, settled: V) -> V {
     // Carried: x, n, p, q, k, settled.
     let cond = cx.f.region(&tys, |f, v| {
         let r = running(f, v[4], v[1], v[3], v[5]);
-        let no = f.splat(&Ty::scalar(crate::hlo::Elem::Pred), 0.0);
-        vec![f.reduce(r, no, &(0..rank).collect::<Vec<_>>(), Reducer::Or)]
+        vec![super::common::any(f, r)]
     });
     let body = cx.f.region(&tys, |f, v| {
         let (x, n, p, q, k, settled) = (v[0], v[1], v[2], v[3], v[4], v[5]);

@@ -8,7 +8,7 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Ty, V};
 
 use super::common::{float_of, prepare, result_dtype, Ew};
 use super::{Args, Cx, Builder};
@@ -313,8 +313,7 @@ fn zeta(cx: &mut Cx, x: V, q: V) -> V {
     // Carried: x, s, a, b, i (as float), done, iterations.
     let cond = cx.f.region(&tys, |f, v| {
         let undone = f.not(v[5]);
-        let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
-        let any = f.reduce(undone, no, &(0..f.ty(v[5]).rank()).collect::<Vec<_>>(), Reducer::Or);
+        let any = super::common::any(f, undone);
         let cap = f.splat_int(&Ty::scalar(Elem::I64), 100_000);
         let more = f.compare(Cmp::Lt, v[6], cap);
         vec![f.and(any, more)]

@@ -18,12 +18,11 @@
 //! Half types compute in f32.
 
 use crate::bail_op;
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
 
-use super::{check_info, identity, mt, square};
+use super::{check_info, float, identity, mt, square};
 use crate::shape;
 
 pub(super) fn register(r: &mut Builder) {
@@ -65,14 +64,6 @@ pub(super) fn register(r: &mut Builder) {
     });
 }
 
-fn float_dtype(cx: &Cx, x: V, what: &str) -> Result<DType> {
-    let d = cx.dtype(x);
-    if !d.is_float() {
-        bail_op!(&*cx.op, "{what}: Expected a floating point or complex tensor as input. Got {d}");
-    }
-    Ok(d)
-}
-
 /// `true` on and below (or above, `upper`) the diagonal of `[..., n, n]`.
 fn triangle(cx: &mut Cx, dims: &[i64], upper: bool) -> V {
     let t = Ty::new(Elem::I64, dims);
@@ -84,7 +75,7 @@ fn triangle(cx: &mut Cx, dims: &[i64], upper: bool) -> V {
 fn cholesky(cx: &mut Cx, x: V, upper: bool) -> Result<(V, V)> {
     let dims = cx.dims(x);
     square(cx, &dims, "linalg.cholesky")?;
-    let d = float_dtype(cx, x, "linalg.cholesky")?;
+    let d = float(cx, x, "linalg.cholesky")?;
     let od = d.opmath();
     let xc = cx.f.convert(x, od);
     let n = dims[dims.len() - 1];
@@ -152,7 +143,7 @@ fn solve_triangular(cx: &mut Cx, a: V, b: V, upper: bool, left: bool, unit: bool
             bc
         );
     }
-    let d = float_dtype(cx, a, what)?;
+    let d = float(cx, a, what)?;
     if cx.dtype(b) != d {
         bail_op!(&*cx.op, "{what}: Expected A and B to have the same dtype, but found A of type {d} and B of type {} instead.", cx.dtype(b));
     }

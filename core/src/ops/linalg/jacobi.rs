@@ -28,11 +28,12 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Ty, V};
+use crate::ops::common::any;
 use crate::ops::{Builder, Cx};
 use crate::shape;
 
-use super::{identity, mt, qr, square};
+use super::{float, identity, mt, qr, square, total};
 
 /// A bound on sweeps; quadratic convergence needs far fewer.
 const MAX_SWEEPS: i64 = 40;
@@ -57,14 +58,6 @@ pub(super) fn register(r: &mut Builder) {
     });
 }
 
-fn float(cx: &Cx, x: V, what: &str) -> Result<DType> {
-    let d = cx.dtype(x);
-    if !d.is_float() {
-        bail_op!(&*cx.op, "{what}: Expected a floating point or complex tensor as input. Got {d}");
-    }
-    Ok(d)
-}
-
 /// The unit roundoff of the computing type.
 fn eps(d: DType) -> f64 {
     if d == DType::F64 {
@@ -72,12 +65,6 @@ fn eps(d: DType) -> f64 {
     } else {
         f32::EPSILON as f64
     }
-}
-
-/// Sum over `dims`.
-fn total(f: &mut Func, x: V, dims: &[usize]) -> V {
-    let z = f.constant(f.ty(x).elem, 0.0);
-    f.reduce(x, z, dims, Reducer::Add)
 }
 
 fn scalar_i64(f: &mut Func, v: i64) -> V {
@@ -164,12 +151,6 @@ fn needs_rotation(f: &mut Func, alpha: V, beta: V, gamma: V, tol: f64) -> V {
     let lim = f.mul(tv, root);
     let ag = f.unary("stablehlo.abs", gamma);
     f.compare(Cmp::Gt, ag, lim)
-}
-
-/// Whether any of the batch `[b]` holds.
-fn any(f: &mut Func, x: V) -> V {
-    let no = f.splat(&Ty::scalar(Elem::Pred), 0.0);
-    f.reduce(x, no, &[0], Reducer::Or)
 }
 
 /// Runs cyclic Jacobi sweeps: `step(f, state, p, q)` rotates pair (p, q)

@@ -161,10 +161,7 @@ fn factor(cx: &mut Cx, a: V, what: &str) -> Result<Factor> {
     if dims.len() < 2 {
         bail_op!(&*cx.op, "{what}: Expected tensor with 2 or more dimensions. Got size: {} instead", shape::fmt(&dims));
     }
-    let d = cx.dtype(a);
-    if !d.is_float() {
-        bail_op!(&*cx.op, "{what}: Expected a floating point or complex tensor as input. Got {d}");
-    }
+    let d = super::float(cx, a, what)?;
     let od = d.opmath();
     let (m, n) = (dims[dims.len() - 2], dims[dims.len() - 1]);
     let k = m.min(n);

@@ -18,7 +18,6 @@
 //! exponential of a block matrix; the square root's solves a Sylvester
 //! equation through the same eigendecomposition).
 
-use crate::bail_op;
 use crate::error::Result;
 use crate::hlo::{Cmp, Elem, Reducer, Ty, V};
 use crate::ops::{Builder, Cx};
@@ -55,10 +54,7 @@ pub(super) fn register(r: &mut Builder) {
 fn matrix_exp(cx: &mut Cx, x: V) -> Result<V> {
     let dims = cx.dims(x);
     square(cx, &dims, "linalg.matrix_exp")?;
-    let d = cx.dtype(x);
-    if !d.is_float() {
-        bail_op!(&*cx.op, "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got {d}");
-    }
+    let d = super::float(cx, x, "linalg.matrix_exp")?;
     // In f64 whatever the input: each squaring doubles the rounding error
     // of the last, and f32 squarings lose to the CPU's f32 kernel (degree 18
     // with fewer squarings) by 40x on matrices of norm ~40.

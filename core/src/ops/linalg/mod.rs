@@ -433,6 +433,21 @@ fn check_info(cx: &mut Cx, info: V, message: &str) {
     cx.check_values(ok, message);
 }
 
+/// The dtype of a factorization's input, which must be a float type.
+fn float(cx: &Cx, x: V, what: &str) -> Result<DType> {
+    let d = cx.dtype(x);
+    if !d.is_float() {
+        bail_op!(&*cx.op, "{what}: Expected a floating point or complex tensor as input. Got {d}");
+    }
+    Ok(d)
+}
+
+/// Sum over `dims`, in `x`'s type.
+fn total(f: &mut crate::hlo::Func, x: V, dims: &[usize]) -> V {
+    let z = f.constant(f.ty(x).elem, 0.0);
+    f.reduce(x, z, dims, crate::hlo::Reducer::Add)
+}
+
 /// Swaps the last two dims.
 fn mt(cx: &mut Cx, x: V) -> V {
     let r = cx.rank(x);

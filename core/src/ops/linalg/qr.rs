@@ -16,11 +16,13 @@
 use crate::bail_op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::hlo::{Cmp, Elem, Func, Reducer, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Ty, V};
 use crate::ops::{Builder, Cx};
 
 use crate::ops::common::counted_loop;
 use crate::shape;
+
+use super::{float, total};
 
 pub(super) fn register(r: &mut Builder) {
     r.op("aten::geqrf(Tensor self) -> (Tensor a, Tensor tau)", |cx, a| {
@@ -91,14 +93,6 @@ pub(super) fn register(r: &mut Builder) {
     });
 }
 
-fn float(cx: &Cx, x: V, what: &str) -> Result<DType> {
-    let d = cx.dtype(x);
-    if !d.is_float() {
-        bail_op!(&*cx.op, "{what}: Expected a floating point or complex tensor as input. Got {d}");
-    }
-    Ok(d)
-}
-
 /// The packed factorization: reflectors below the diagonal, R on and
 /// above (opmath), `tau` `[..., min(m, n)]`.
 pub(super) struct Packed {
@@ -134,12 +128,6 @@ pub(super) fn geqrf(cx: &mut Cx, x: V, what: &str) -> Result<Packed> {
     let a = cx.f.reshape(out[0], &dims);
     let tau = cx.f.reshape(out[1], &tau_dims);
     Ok(Packed { a, tau, d, dims, m, n })
-}
-
-/// Sum over `dims` in `x`'s type.
-fn total(f: &mut Func, x: V, dims: &[usize]) -> V {
-    let z = f.constant(f.ty(x).elem, 0.0);
-    f.reduce(x, z, dims, Reducer::Add)
 }
 
 /// Column `j` of `geqr2` on `[b, m, n]` (carried: a, taus).
