@@ -72,7 +72,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 7
+#define TTPU_API_MINOR 8
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -138,6 +138,10 @@ enum ttpu_dtype
   TTPU_DTYPE_FLOAT16 = 5,
   TTPU_DTYPE_FLOAT32 = 6,
   TTPU_DTYPE_FLOAT64 = 7,
+  // Interleaved float32 real and imaginary parts (since API 1.8).
+  TTPU_DTYPE_COMPLEX64 = 9,
+  // Interleaved float64 real and imaginary parts (since API 1.8).
+  TTPU_DTYPE_COMPLEX128 = 10,
   TTPU_DTYPE_BOOL = 11,
   TTPU_DTYPE_BFLOAT16 = 15,
 };

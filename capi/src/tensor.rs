@@ -25,6 +25,10 @@ pub enum ttpu_dtype {
     Float16 = 5,
     Float32 = 6,
     Float64 = 7,
+    /// Interleaved float32 real and imaginary parts (since API 1.8).
+    Complex64 = 9,
+    /// Interleaved float64 real and imaginary parts (since API 1.8).
+    Complex128 = 10,
     Bool = 11,
     Bfloat16 = 15,
 }

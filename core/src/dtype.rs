@@ -19,6 +19,8 @@ pub enum DType {
     F16 = 5,
     F32 = 6,
     F64 = 7,
+    C64 = 9,
+    C128 = 10,
     Bool = 11,
     BF16 = 15,
 }
@@ -29,11 +31,24 @@ pub enum ScalarKind {
     Bool,
     Int,
     Float,
+    Complex,
 }
 
 impl DType {
-    pub const ALL: [DType; 10] =
-        [DType::U8, DType::I8, DType::I16, DType::I32, DType::I64, DType::F16, DType::F32, DType::F64, DType::Bool, DType::BF16];
+    pub const ALL: [DType; 12] = [
+        DType::U8,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::C64,
+        DType::C128,
+        DType::Bool,
+        DType::BF16,
+    ];
 
     /// The default floating dtype (`torch.get_default_dtype()`).
     pub const DEFAULT_FLOAT: DType = DType::F32;
@@ -48,8 +63,6 @@ impl DType {
             Some(d) => d.to_string(),
             None => match code {
                 8 => "complex32 (code 8)".into(),
-                9 => "complex64 (code 9)".into(),
-                10 => "complex128 (code 10)".into(),
                 12..=14 => format!("quantized type (code {code})"),
                 23 | 24 => format!("float8 (code {code})"),
                 _ => format!("unknown dtype code {code}"),
@@ -72,6 +85,8 @@ impl DType {
             DType::F16 => "float16",
             DType::F32 => "float32",
             DType::F64 => "float64",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
             DType::Bool => "bool",
             DType::BF16 => "bfloat16",
         }
@@ -81,8 +96,35 @@ impl DType {
         self.element_type().byte_size()
     }
 
+    /// Real floating point (PyTorch's `is_floating_point`: not complex).
     pub fn is_float(self) -> bool {
         matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::C64 | DType::C128)
+    }
+
+    /// The type of a complex dtype's parts (`torch.real`'s dtype); any other
+    /// dtype is its own.
+    pub fn real(self) -> DType {
+        match self {
+            DType::C64 => DType::F32,
+            DType::C128 => DType::F64,
+            d => d,
+        }
+    }
+
+    /// The complex dtype whose parts are this float dtype (`torch.complex`'s
+    /// result), if there is one: float16 and bfloat16 have none here
+    /// (PyTorch's complex32 has no StableHLO counterpart).
+    pub fn to_complex(self) -> Option<DType> {
+        match self {
+            DType::F32 => Some(DType::C64),
+            DType::F64 => Some(DType::C128),
+            DType::C64 | DType::C128 => Some(self),
+            _ => None,
+        }
     }
 
     /// Integral, not counting bool (PyTorch's `isIntegralType(t, false)`).
@@ -107,7 +149,9 @@ impl DType {
     }
 
     pub fn kind(self) -> ScalarKind {
-        if self.is_float() {
+        if self.is_complex() {
+            ScalarKind::Complex
+        } else if self.is_float() {
             ScalarKind::Float
         } else if self.is_bool() {
             ScalarKind::Bool
@@ -126,6 +170,8 @@ impl DType {
             DType::F16 => ElementType::F16,
             DType::F32 => ElementType::F32,
             DType::F64 => ElementType::F64,
+            DType::C64 => ElementType::C64,
+            DType::C128 => ElementType::C128,
             DType::Bool => ElementType::Pred,
             DType::BF16 => ElementType::BF16,
         }
@@ -145,6 +191,7 @@ impl ScalarKind {
             ScalarKind::Bool => DType::Bool,
             ScalarKind::Int => DType::I64,
             ScalarKind::Float => DType::DEFAULT_FLOAT,
+            ScalarKind::Complex => DType::C64,
         }
     }
 }
@@ -160,6 +207,13 @@ pub fn promote_types(a: DType, b: DType) -> DType {
     }
     if b == Bool {
         return a;
+    }
+    // A complex type wins, with parts wide enough for both operands'
+    // (complex64 with float64 is complex128).
+    if a.is_complex() || b.is_complex() {
+        let part = |d: DType| if d.is_complex() || d.is_float() { d.real() } else { F16 };
+        let parts = promote_types(part(a), part(b));
+        return if parts == F64 { C128 } else { C64 };
     }
     match (a.is_float(), b.is_float()) {
         (true, false) => return a,
@@ -189,7 +243,10 @@ pub fn promote_types(a: DType, b: DType) -> DType {
 /// Whether `from` may be written into a tensor of type `to` by an in-place
 /// op (PyTorch's `canCast`): no float to integral, nothing non-bool to bool.
 pub fn can_cast(from: DType, to: DType) -> bool {
-    if from.is_float() && !to.is_float() {
+    if from.is_complex() && !to.is_complex() {
+        return false;
+    }
+    if from.is_float() && !(to.is_float() || to.is_complex()) {
         return false;
     }
     if !from.is_bool() && to.is_bool() {
@@ -231,9 +288,9 @@ fn combine(higher: Option<DType>, lower: Option<DType>) -> Option<DType> {
         (None, l) => l,
         (h, None) => h,
         (Some(h), Some(l)) => {
-            if h.is_float() {
+            if h.kind() >= l.kind() {
                 Some(h)
-            } else if h == DType::Bool || l.is_float() {
+            } else if h == DType::Bool || l.kind() > h.kind() {
                 Some(promote_types(h, l))
             } else {
                 Some(h)
@@ -307,7 +364,7 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(DType::from_code(d.code()), Some(d));
         }
-        assert_eq!(DType::from_code(9), None);
-        assert!(DType::describe_code(9).contains("complex64"));
+        assert_eq!(DType::from_code(8), None);
+        assert!(DType::describe_code(8).contains("complex32"));
     }
 }

@@ -173,6 +173,9 @@ impl Scalar {
             Elem::BF16 => bf16::from_f64(f).to_le_bytes().to_vec(),
             Elem::F32 => (f as f32).to_le_bytes().to_vec(),
             Elem::F64 => f.to_le_bytes().to_vec(),
+            // A real value: the imaginary part is zero.
+            Elem::C64 => [(f as f32).to_le_bytes(), 0f32.to_le_bytes()].concat(),
+            Elem::C128 => [f.to_le_bytes(), 0f64.to_le_bytes()].concat(),
         }
     }
 }

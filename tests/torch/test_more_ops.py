@@ -134,3 +134,17 @@ def test_cdist_and_pdist_gradients(p):
     (cy * w).sum().backward()
     (ty * w.to("tpu")).sum().backward()
     torch.testing.assert_close(tx.grad.cpu(), cx_.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dim,size,step", [(1, 4, 3), (1, 3, 5), (-1, 2, 1), (0, 3, 3)])
+def test_unfold_backward_adds_overlapping_windows(dim, size, step):
+    x = torch.randn(3, 10, 4, generator=torch.Generator().manual_seed(0))
+    w = x.unfold(dim, size, step)
+    g = torch.randn(w.shape, generator=torch.Generator().manual_seed(1))
+    want = torch.ops.aten.unfold_backward(g, list(x.shape), dim, size, step)
+    got = torch.ops.aten.unfold_backward(g.to("tpu"), list(x.shape), dim, size, step)
+    torch.testing.assert_close(got.cpu(), want)
+    # Through autograd, as unfold's gradient.
+    xt = x.to("tpu").requires_grad_()
+    xt.unfold(dim, size, step).mul(g.to("tpu")).sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), want)

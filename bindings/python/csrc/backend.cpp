@@ -293,6 +293,12 @@ int64_t element_offset(const at::Tensor& t, const StorageRef& ref) {
   return t.storage_offset() + static_cast<int64_t>(ref.byte_offset / t.element_size());
 }
 
+// Whether `real` is the type of complex dtype `complex`'s parts.
+bool parts_of(torchtpu::DType complex, torchtpu::DType real) {
+  return (complex == torchtpu::DType::Complex64 && real == torchtpu::DType::Float32) ||
+         (complex == torchtpu::DType::Complex128 && real == torchtpu::DType::Float64);
+}
+
 // Makes `s->base` hold the storage as `t`'s dtype. Needs `s->mu`.
 void ready_base(TpuStorage* s, const at::Tensor& t) {
   const auto dtype = static_cast<torchtpu::DType>(t.scalar_type());
@@ -300,6 +306,13 @@ void ready_base(TpuStorage* s, const at::Tensor& t) {
     const int64_t numel = static_cast<int64_t>(s->nbytes / t.element_size());
     s->base = torchtpu::call1(runtime(), "aten::full", std::vector<int64_t>{numel}, torchtpu::Scalar(0), dtype,
                               std::nullopt, static_cast<int64_t>(s->device));
+  } else if (s->base.dtype() != dtype && parts_of(s->base.dtype(), dtype)) {
+    // A complex storage read as its parts (view_as_real), or parts read as
+    // complex (view_as_complex): the same bytes, retyped on the device.
+    s->base = torchtpu::call1(runtime(), "aten::view_as_real_copy", s->base).view({2 * s->base.numel()}, {1}, 0);
+  } else if (s->base.dtype() != dtype && parts_of(dtype, s->base.dtype()) && s->base.numel() % 2 == 0) {
+    const int64_t n = s->base.numel();
+    s->base = torchtpu::call1(runtime(), "aten::view_as_complex_copy", s->base.view({n / 2, 2}, {2, 1}, 0));
   } else if (s->base.dtype() != dtype) {
     // The storage is read as another dtype (serialization reads and
     // writes storages as bytes; Tensor.view(dtype)). Runtime storages are

@@ -12,6 +12,8 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -400,6 +402,39 @@ void run_on_device(const c10::OperatorHandle& op, c10::Device device, torch::jit
   op.callBoxed(stack);
 }
 
+// A tensor with a lazy conjugate or negative bit holds the values before
+// that op: runtime ops read stored values, so such inputs are resolved
+// first. PyTorch's own fallbacks for those bits pass some ops through to the
+// backend (clone, the matrix products, whose BLAS kernels fold a conjugate
+// into the call). A written argument with a bit set is refused: writing the
+// stored values would be wrong, and copy_ (which handles it) is not a
+// runtime op.
+void resolve_math_bits(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const size_t n = schema.arguments().size();
+  auto resolved = [&](const at::Tensor& t, const c10::Argument& a) {
+    if (!t.defined() || (!t.is_conj() && !t.is_neg())) return t;
+    TORCH_CHECK_NOT_IMPLEMENTED(a.alias_info() == nullptr || !a.alias_info()->isWrite(), full_name(schema),
+                                ": argument '", a.name(), "' is a conjugate or negative view, which this op cannot "
+                                "write in place on TPU; call resolve_conj() or resolve_neg() on it first");
+    // Not resolve_conj(): it clones, and clone passes the bit through to
+    // this fallback again. copy_ (ours) applies the bits.
+    at::Tensor out = at::empty(t.sizes(), t.options());
+    out.copy_(t);
+    return out;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (v.isTensor()) {
+      v = resolved(v.toTensor(), a);
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> ts = v.toTensorList().vec();
+      for (at::Tensor& t : ts) t = resolved(t, a);
+      v = c10::IValue(ts);
+    }
+  }
+}
+
 void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t n = schema.arguments().size();
@@ -410,6 +445,7 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const RuntimeOp& rop = runtime_op(schema);
   const std::string& name = rop.name;
   if (rop.runs) {
+    resolve_math_bits(schema, stack);
     std::vector<c10::IValue> args(stack->end() - n, stack->end());
     torch::jit::drop(*stack, n);
     if (takes_indices(name)) prepare_indices(args);
@@ -470,11 +506,20 @@ void download_into(const at::Tensor& src, const at::Tensor& out) {
   }
 }
 
-// A dense CPU copy of a tpu tensor.
+// A dense CPU copy of a tpu tensor's stored values (without its lazy
+// conjugate and negative bits).
 at::Tensor to_cpu(const at::Tensor& src) {
   at::Tensor out = at::empty(src.sizes(), src.options().device(c10::kCPU));
   download_into(src, out);
   return out;
+}
+
+// After a copy of stored values into `self` from a source with the given
+// lazy conjugate and negative bits: `self` stores what its own bits need
+// (PyTorch's copy_ does the same fix-up).
+void match_bits(const at::Tensor& self, bool conj, bool neg) {
+  if (self.is_conj() != conj) torchtpu::call(runtime(), "aten::conj_physical_", handle_of(self));
+  if (self.is_neg() != neg) torchtpu::call(runtime(), "aten::neg_", handle_of(self));
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/) {
@@ -483,10 +528,13 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
     // Straight into `self` where it has the layout a download writes (the
     // common `.cpu()` and staging case): one copy, not two.
     if (self.is_contiguous() && self.scalar_type() == src.scalar_type() && self.sizes() == src.sizes() &&
-        !self.is_conj() && !self.is_neg()) {
+        self.is_conj() == src.is_conj() && self.is_neg() == src.is_neg()) {
       download_into(src, self);
     } else {
-      self.copy_(to_cpu(src));
+      at::Tensor host = to_cpu(src);
+      host._set_conj(src.is_conj());
+      host._set_neg(src.is_neg());
+      self.copy_(host);
     }
     return self;
   }
@@ -504,10 +552,13 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool /*non_blocking*/
         torchtpu::Tensor v = handle_of(src);
         write_into(self, std::move(v), false);
       }
+      match_bits(self, src.is_conj(), src.is_neg());
       return self;
     }
-    const at::Tensor host = whole ? src.to(self.scalar_type()) : src;
+    const at::Tensor resolved = src.resolve_conj().resolve_neg();
+    const at::Tensor host = whole ? resolved.to(self.scalar_type()) : resolved;
     write_into(self, upload(host, device), true);
+    match_bits(self, false, false);
   } catch (const torchtpu::Error& e) {
     rethrow(e);
   }
@@ -592,6 +643,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
   m.impl("view", at::native::view);
+  // PyTorch's own metadata kernels: a view of the same storage as the
+  // complex dtype's parts, or the other way round (`ready_base` retypes the
+  // storage on the device when the other dtype reads it).
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
   m.impl("copy_", copy_);
@@ -618,7 +674,8 @@ const bool runtime_ops_registered = [] {
   static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__,
                                         __LINE__);
   static const std::set<std::string> explicit_ops = {
-      "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "unfold", "copy_",
+      "empty.memory_format", "empty_strided", "as_strided", "view", "view_as_real", "view_as_complex",
+      "_reshape_alias", "unfold", "copy_",
       "_copy_from", "_copy_from_and_resize", "_local_scalar_dense", "resize_", "_to_copy",
       "_has_compatible_shallow_copy_type"};
   const size_t n = ttpu_op_count();

@@ -23,15 +23,15 @@ DEFER_AND_FUSE = 2
 _NP_TO_CODE = {
     np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3,
     np.dtype(np.int64): 4, np.dtype(np.float16): 5, np.dtype(np.float32): 6, np.dtype(np.float64): 7,
-    np.dtype(np.bool_): 11,
+    np.dtype(np.complex64): 9, np.dtype(np.complex128): 10, np.dtype(np.bool_): 11,
 }
 _CODE_TO_NP = {v: k for k, v in _NP_TO_CODE.items()}
 BFLOAT16 = 15
 _MEMORY_STATS_FIELDS = ("live_bytes", "peak_bytes", "allocated_bytes", "freed_bytes", "live_buffers",
                         "peak_buffers", "allocated_buffers", "freed_buffers", "num_ooms")
-_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 11: 1, 15: 2}
+_ITEMSIZE = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 9: 8, 10: 16, 11: 1, 15: 2}
 DTYPE_NAMES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
-               7: "float64", 11: "bool", 15: "bfloat16"}
+               7: "float64", 9: "complex64", 10: "complex128", 11: "bool", 15: "bfloat16"}
 
 
 def dtype_code(d: Any) -> int:

@@ -388,13 +388,77 @@ impl Func {
         self.op1("stablehlo.select", &[pred, on_true, on_false], "", ty)
     }
 
+    /// Converts elementwise as PyTorch casts: a complex value to a real
+    /// type keeps its real part, to bool tests both parts against zero; a
+    /// real value to a complex type gets a zero imaginary part.
     pub fn convert(&mut self, x: V, elem: impl Into<Elem>) -> V {
         let elem = elem.into();
-        if self.ty(x).elem == elem {
+        let from = self.ty(x).elem;
+        if from == elem {
             return x;
         }
-        let ty = self.ty(x).with_elem(elem);
-        self.op1("stablehlo.convert", &[x], "", ty)
+        match (from.is_complex(), elem.is_complex()) {
+            (true, false) if elem == Elem::Pred => {
+                let (re, im) = (self.real(x), self.imag(x));
+                let (re, im) = (self.convert(re, Elem::Pred), self.convert(im, Elem::Pred));
+                self.or(re, im)
+            }
+            (true, false) => {
+                let re = self.real(x);
+                self.convert(re, elem)
+            }
+            (false, true) => {
+                let re = self.convert(x, elem.real());
+                let im = self.full_like(re, 0.0);
+                self.complex(re, im)
+            }
+            _ => {
+                let ty = self.ty(x).with_elem(elem);
+                self.op1("stablehlo.convert", &[x], "", ty)
+            }
+        }
+    }
+
+    /// The real part of a complex value.
+    pub fn real(&mut self, x: V) -> V {
+        let ty = self.ty(x).clone();
+        self.op1("stablehlo.real", &[x], "", ty.with_elem(ty.elem.real()))
+    }
+
+    /// The imaginary part of a complex value.
+    pub fn imag(&mut self, x: V) -> V {
+        let ty = self.ty(x).clone();
+        self.op1("stablehlo.imag", &[x], "", ty.with_elem(ty.elem.real()))
+    }
+
+    /// The complex value `re + i im` (parts of one type and shape).
+    pub fn complex(&mut self, re: V, im: V) -> V {
+        debug_assert_eq!(self.ty(re), self.ty(im), "complex part types differ");
+        let ty = self.ty(re).clone();
+        self.op1("stablehlo.complex", &[re, im], "", ty.with_elem(ty.elem.to_complex()))
+    }
+
+    /// `stablehlo.fft` of `kind` (`FFT`, `IFFT`, `RFFT`, `IRFFT`) over the
+    /// innermost `lengths.len()` dims. `IFFT` and `IRFFT` divide by the
+    /// transform size, as XLA defines them.
+    pub fn fft(&mut self, x: V, kind: &str, lengths: &[i64]) -> V {
+        let src = self.ty(x).clone();
+        let rank = src.rank();
+        let mut dims = src.dims.clone();
+        let elem = match kind {
+            "RFFT" => {
+                let n = lengths[lengths.len() - 1];
+                dims[rank - 1] = n / 2 + 1;
+                src.elem.to_complex()
+            }
+            "IRFFT" => {
+                dims[rank - 1] = lengths[lengths.len() - 1];
+                src.elem.real()
+            }
+            _ => src.elem,
+        };
+        let attrs = format!("fft_type = #stablehlo<fft_type {kind}>, fft_length = {}", i64_array(lengths));
+        self.op1("stablehlo.fft", &[x], &attrs, Ty { elem, dims })
     }
 
     pub fn bitcast_convert(&mut self, x: V, elem: Elem) -> V {

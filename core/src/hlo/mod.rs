@@ -33,6 +33,8 @@ pub enum Elem {
     BF16,
     F32,
     F64,
+    C64,
+    C128,
 }
 
 impl Elem {
@@ -50,11 +52,35 @@ impl Elem {
             Elem::BF16 => "bf16",
             Elem::F32 => "f32",
             Elem::F64 => "f64",
+            Elem::C64 => "complex<f32>",
+            Elem::C128 => "complex<f64>",
         }
     }
 
     pub fn is_float(self) -> bool {
         matches!(self, Elem::F16 | Elem::BF16 | Elem::F32 | Elem::F64)
+    }
+
+    pub fn is_complex(self) -> bool {
+        matches!(self, Elem::C64 | Elem::C128)
+    }
+
+    /// The type of a complex type's parts; any other type is its own.
+    pub fn real(self) -> Elem {
+        match self {
+            Elem::C64 => Elem::F32,
+            Elem::C128 => Elem::F64,
+            e => e,
+        }
+    }
+
+    /// The complex type with parts of this type (f64 parts make c128; any
+    /// other type c64).
+    pub fn to_complex(self) -> Elem {
+        match self {
+            Elem::F64 | Elem::C128 => Elem::C128,
+            _ => Elem::C64,
+        }
     }
 
     pub fn is_unsigned(self) -> bool {
@@ -76,6 +102,8 @@ impl Elem {
             Elem::BF16 => E::BF16,
             Elem::F32 => E::F32,
             Elem::F64 => E::F64,
+            Elem::C64 => E::C64,
+            Elem::C128 => E::C128,
         }
     }
 
@@ -92,6 +120,8 @@ impl Elem {
             Elem::BF16 => DType::BF16,
             Elem::F32 => DType::F32,
             Elem::F64 => DType::F64,
+            Elem::C64 => DType::C64,
+            Elem::C128 => DType::C128,
             Elem::U32 | Elem::U64 => return None,
         })
     }
@@ -105,13 +135,15 @@ impl Elem {
             Elem::F64 => format!("0x{:016X}", v.to_bits()),
             Elem::F16 => format!("0x{:04X}", f16::from_f64(v).to_bits()),
             Elem::BF16 => format!("0x{:04X}", bf16::from_f64(v).to_bits()),
+            // A real value: the imaginary part is zero.
+            Elem::C64 | Elem::C128 => format!("({}, {})", self.real().literal(v), self.real().literal(0.0)),
             _ => format!("{}", v as i64),
         }
     }
 
     /// An integer literal (exact for all of i64).
     pub fn int_literal(self, v: i64) -> String {
-        if self.is_float() || self == Elem::Pred {
+        if self.is_float() || self.is_complex() || self == Elem::Pred {
             self.literal(v as f64)
         } else {
             v.to_string()
@@ -132,6 +164,8 @@ impl From<DType> for Elem {
             DType::BF16 => Elem::BF16,
             DType::F32 => Elem::F32,
             DType::F64 => Elem::F64,
+            DType::C64 => Elem::C64,
+            DType::C128 => Elem::C128,
         }
     }
 }

@@ -77,7 +77,7 @@ pub fn prepare(cx: &mut Cx, xs: &[Ew], dtype: DType) -> Result<(Vec<V>, Dims)> {
 
 /// The dtype integer inputs of float ops (`exp`, `div`, `mean`) compute in.
 pub fn float_of(d: DType) -> DType {
-    if d.is_float() {
+    if d.is_float() || d.is_complex() {
         d
     } else {
         DType::DEFAULT_FLOAT

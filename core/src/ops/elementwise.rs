@@ -26,6 +26,9 @@ enum UnaryOut {
     Same,
     /// Floating: integer inputs give the default float (`exp`, `sin`).
     Float,
+    /// As `Same` for real inputs; a complex input gives its parts' type
+    /// (`abs`).
+    Magnitude,
 }
 
 /// Registers `aten::name(Tensor self) -> Tensor` and `aten::name_`.
@@ -38,11 +41,12 @@ fn unary(r: &mut Builder, name: &str, out: UnaryOut, body: fn(&mut Func, V) -> V
 
 fn apply_unary(cx: &mut Cx, x: V, out: UnaryOut, body: fn(&mut Func, V) -> V) -> V {
     let d = cx.dtype(x);
-    let out = match out {
-        UnaryOut::Same => d,
-        UnaryOut::Float => float_of(d),
+    let (input, out) = match out {
+        UnaryOut::Same => (d, d),
+        UnaryOut::Float => (float_of(d), float_of(d)),
+        UnaryOut::Magnitude => (d, d.real()),
     };
-    let xc = cx.f.convert(x, out.opmath());
+    let xc = cx.f.convert(x, input.opmath());
     let y = body(&mut cx.f, xc);
     cx.f.convert(y, out)
 }
@@ -75,7 +79,15 @@ fn register_unary(r: &mut Builder) {
     use UnaryOut::*;
     let table: &[(&str, UnaryOut, fn(&mut Func, V) -> V)] = &[
         ("neg", Same, |f, x| f.neg(x)),
-        ("abs", Same, |f, x| if f.ty(x).elem.is_unsigned() { x } else { f.unary("stablehlo.abs", x) }),
+        ("abs", Magnitude, |f, x| {
+            let elem = f.ty(x).elem;
+            if elem.is_unsigned() {
+                x
+            } else {
+                // Of a complex value: its modulus, a real value.
+                f.unary_to("stablehlo.abs", x, elem.real())
+            }
+        }),
         ("exp", Float, |f, x| f.unary("stablehlo.exponential", x)),
         ("expm1", Float, |f, x| f.unary("stablehlo.exponential_minus_one", x)),
         ("log", Float, |f, x| f.unary("stablehlo.log", x)),
@@ -128,32 +140,24 @@ fn register_unary(r: &mut Builder) {
         ("ceil", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.ceil", x) } else { x }),
         ("round", Same, |f, x| if f.ty(x).elem.is_float() { f.unary("stablehlo.round_nearest_even", x) } else { x }),
         ("trunc", Same, |f, x| if f.ty(x).elem.is_float() { trunc(f, x) } else { x }),
-        ("sign", Same, |f, x| {
-            if f.ty(x).elem.is_unsigned() {
-                // Unsigned (and bool): 1 where nonzero, else 0.
-                let zero = f.full_like(x, 0.0);
-                let nz = f.compare(Cmp::Ne, x, zero);
-                let elem = f.ty(x).elem;
-                f.convert(nz, elem)
-            } else if f.ty(x).elem.is_float() {
-                // (x > 0) - (x < 0), as PyTorch computes it: NaN and -0 give 0.
-                let zero = f.full_like(x, 0.0);
-                let pos = f.compare(Cmp::Gt, x, zero);
-                let neg = f.compare(Cmp::Lt, x, zero);
-                let elem = f.ty(x).elem;
-                let (pos, neg) = (f.convert(pos, elem), f.convert(neg, elem));
-                f.sub(pos, neg)
-            } else {
-                f.unary("stablehlo.sign", x)
-            }
-        }),
+        ("sign", Same, sign),
     ];
     for &(name, out, body) in table {
         unary(r, name, out, body);
     }
-    // For real tensors `sgn` is `sign`.
-    let sign = table.iter().find(|(n, _, _)| *n == "sign").unwrap().2;
-    unary(r, "sgn", Same, sign);
+    // For real tensors `sgn` is `sign`; for complex ones `x / |x|` (0 at 0).
+    unary(r, "sgn", Same, |f, x| {
+        if !f.ty(x).elem.is_complex() {
+            return sign(f, x);
+        }
+        let m = f.unary_to("stablehlo.abs", x, f.ty(x).elem.real());
+        let zero = f.full_like(m, 0.0);
+        let at_zero = f.compare(Cmp::Eq, m, zero);
+        let mc = f.complex(m, zero);
+        let q = f.div(x, mc);
+        let czero = f.full_like(x, 0.0);
+        f.select(at_zero, czero, q)
+    });
     r.op_and_inplace("aten::frac(Tensor self) -> Tensor", |cx, a| {
         let x = a.tensor(0)?;
         let d = cx.dtype(x);
@@ -217,6 +221,27 @@ fn register_unary(r: &mut Builder) {
 }
 
 /// Rounds toward zero.
+/// `sign` of a real value: -1, 0 or 1 (NaN and -0 give 0, as in PyTorch).
+fn sign(f: &mut Func, x: V) -> V {
+    if f.ty(x).elem.is_unsigned() {
+        // Unsigned (and bool): 1 where nonzero, else 0.
+        let zero = f.full_like(x, 0.0);
+        let nz = f.compare(Cmp::Ne, x, zero);
+        let elem = f.ty(x).elem;
+        f.convert(nz, elem)
+    } else if f.ty(x).elem.is_float() {
+        // (x > 0) - (x < 0), as PyTorch computes it: NaN and -0 give 0.
+        let zero = f.full_like(x, 0.0);
+        let pos = f.compare(Cmp::Gt, x, zero);
+        let neg = f.compare(Cmp::Lt, x, zero);
+        let elem = f.ty(x).elem;
+        let (pos, neg) = (f.convert(pos, elem), f.convert(neg, elem));
+        f.sub(pos, neg)
+    } else {
+        f.unary("stablehlo.sign", x)
+    }
+}
+
 fn trunc(f: &mut Func, x: V) -> V {
     let s = f.unary("stablehlo.sign", x);
     let a = f.unary("stablehlo.abs", x);
@@ -272,7 +297,7 @@ fn add_sub(r: &mut Builder, name: &'static str, sub: bool) {
                          `logical_xor()` operator instead."
                     );
                 }
-                if !d.is_float() && alpha.kind == crate::dtype::ScalarKind::Float {
+                if !(d.is_float() || d.is_complex()) && alpha.kind == crate::dtype::ScalarKind::Float {
                     bail_op!(&*cx.op, "For integral input tensors, argument alpha must not be a floating point number.");
                 }
                 let (vs, dims) = prepare(cx, &[x, y], d.opmath())?;

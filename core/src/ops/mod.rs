@@ -16,6 +16,7 @@ mod bucket;
 mod catalog;
 mod variants;
 pub mod common;
+mod complex;
 mod copy;
 mod creation;
 mod distance;
@@ -575,6 +576,10 @@ pub struct OpDef {
     check: Option<BindCheck>,
     /// The plugin that provides the op (None for built-in ops).
     pub plugin: Option<Arc<str>>,
+    /// Takes complex tensors and dtypes ([`OpEntry::complex`]); every other
+    /// op refuses them at binding, by name, before any lowering could
+    /// mistake them for real numbers.
+    pub complex: bool,
 }
 
 impl OpDef {
@@ -597,6 +602,7 @@ impl OpDef {
             runtime_floats: Vec::new(),
             check: None,
             plugin: None,
+            complex: false,
         }
     }
 
@@ -616,6 +622,15 @@ impl OpDef {
     /// runtime `float`s become float [`Scalar`]s.
     pub fn bind(&self, args: &[Value]) -> Result<Vec<Value>> {
         let mut bound = self.schema.bind(args)?;
+        if !self.complex {
+            if let Some(d) = bound.iter().find_map(complex_dtype) {
+                return Err(Error::UnsupportedDType {
+                    op: self.name().to_string(),
+                    dtype: d.to_string(),
+                    detail: " by this op on TPU yet (complex tensors run the ops that core/src/ops/complex.rs lists)".into(),
+                });
+            }
+        }
         if let Some(check) = self.check {
             check(&bound).map_err(|message| Error::op(self.name(), message))?;
         }
@@ -625,6 +640,18 @@ impl OpDef {
             }
         }
         Ok(bound)
+    }
+}
+
+/// The complex dtype among an argument's tensors or dtype, if any.
+fn complex_dtype(v: &Value) -> Option<DType> {
+    let complex = |d: DType| d.is_complex().then_some(d);
+    match v {
+        Value::Tensor(t) => complex(t.dtype()),
+        Value::TensorList(ts) => ts.iter().find_map(|t| complex(t.dtype())),
+        Value::OptTensorList(ts) => ts.iter().flatten().find_map(|t| complex(t.dtype())),
+        Value::DType(d) => complex(*d),
+        _ => None,
     }
 }
 
@@ -649,6 +676,11 @@ impl OpEntry<'_> {
     }
     pub fn cross_device(self) -> Self {
         self.0.cross_device = true;
+        self
+    }
+    /// Takes complex tensors: its lowering handles complex element types.
+    pub fn complex(self) -> Self {
+        self.0.complex = true;
         self
     }
     /// Checks the bound arguments at every call (strict and fused alike),
@@ -766,6 +798,11 @@ impl Registry {
         ieee::register(&mut b);
         random::register(&mut b);
         copy::register(&mut b);
+        complex::register(&mut b);
+        for name in complex::TAKES_COMPLEX {
+            let i = *b.by_name.get(*name).unwrap_or_else(|| panic!("TAKES_COMPLEX lists {name}, which is not registered"));
+            b.ops[i].complex = true;
+        }
         // The built-in table lives as long as the process (it is the static
         // registry's), so leaking it gives every op a `'static` address.
         let ops: &'static [OpDef] = Vec::leak(b.ops);

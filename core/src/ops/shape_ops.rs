@@ -606,6 +606,70 @@ fn register_copies(r: &mut Builder) {
     }
     r.op("aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor", constant_pad_nd);
     r.op("aten::repeat(Tensor self, SymInt[] repeats) -> Tensor", repeat);
+    r.op(
+        "aten::unfold_backward(Tensor grad_in, SymInt[] input_sizes, int dim, int size, int step) -> Tensor",
+        unfold_backward,
+    );
+}
+
+/// The gradient of `unfold`: each window's entries added back where they
+/// came from (overlapping windows add up), one scatter-add.
+fn unfold_backward(cx: &mut Cx, a: &Args) -> Result<Vec<V>> {
+    let g = a.tensor(0)?;
+    let sizes = a.ints(1)?.to_vec();
+    let (size, step) = (a.int(3)?, a.int(4)?);
+    let rank = sizes.len();
+    let d = if rank == 0 { 0 } else { shape::wrap_dim(&cx.op, a.int(2)?, rank)? };
+    let gdims = cx.dims(g);
+    let len = if rank == 0 { 1 } else { sizes[d] };
+    let windows = if rank == 0 { 1 } else { gdims.get(d).copied().unwrap_or(0) };
+    let mut want: Dims = sizes.iter().copied().collect();
+    if rank > 0 {
+        want[d] = windows;
+    }
+    want.push(size);
+    if gdims.as_slice() != want.as_slice() || step <= 0 || size < 0 || (windows > 0 && (windows - 1) * step + size > len) {
+        bail_op!(
+            &*cx.op,
+            "grad of shape {} does not fit unfold(dim={}, size={size}, step={step}) of a tensor of shape {}",
+            shape::fmt(&gdims),
+            a.int(2)?,
+            shape::fmt(&sizes)
+        );
+    }
+    let elem = cx.ty(g).elem;
+    if rank == 0 {
+        let v = cx.f.reshape(g, &[]);
+        return Ok(vec![v]);
+    }
+    // [windows, size, the other dims] -> rows of the other dims, indexed by
+    // their position along `dim`.
+    let rest: Vec<usize> = (0..rank).filter(|&i| i != d).collect();
+    let mut perm = vec![d, rank];
+    perm.extend(&rest);
+    let t = cx.f.transpose(g, &perm);
+    let rest_dims: Vec<i64> = rest.iter().map(|&i| sizes[i]).collect();
+    let mut rows = vec![windows * size];
+    rows.extend(&rest_dims);
+    let updates = cx.f.reshape(t, &rows);
+    let ty = crate::hlo::Ty::new(Elem::I64, &[windows, size]);
+    let (w, k) = (cx.f.iota(&ty, 0), cx.f.iota(&ty, 1));
+    let st = cx.f.splat_int(&ty, step);
+    let ws = cx.f.mul(w, st);
+    let idx = cx.f.add(ws, k);
+    let idx = cx.f.reshape(idx, &[windows * size, 1]);
+    let mut out_dims = vec![len];
+    out_dims.extend(&rest_dims);
+    let zeros = cx.f.splat(&crate::hlo::Ty::new(elem, &out_dims), 0.0);
+    let window_dims: Vec<i64> = (1..rank as i64).collect();
+    let summed = cx.f.scatter(zeros, idx, updates, &window_dims, &[0], &[0], 1, Some(crate::hlo::Reducer::Add));
+    // Back to the input's dim order.
+    let mut inverse = vec![0; rank];
+    let order: Vec<usize> = std::iter::once(d).chain(rest.iter().copied()).collect();
+    for (i, &p) in order.iter().enumerate() {
+        inverse[p] = i;
+    }
+    Ok(vec![cx.f.transpose(summed, &inverse)])
 }
 
 /// `torch.cat` with PyTorch's type promotion and its legacy rule that 1-D

@@ -174,15 +174,7 @@ fn register_unary(r: &mut Builder) {
     });
     float_op(r, "i0", true, i0);
     float_op(r, "erfc", true, |f, x| f.unary("chlo.erfc", x));
-    // angle of a real number: pi for negatives, 0 otherwise, NaN for NaN.
-    float_op(r, "angle", false, |f, x| {
-        let zero = f.full_like(x, 0.0);
-        let pi = f.full_like(x, std::f64::consts::PI);
-        let neg = f.compare(Cmp::Lt, x, zero);
-        let y = f.select(neg, pi, zero);
-        let nan = f.compare(Cmp::Ne, x, x);
-        f.select(nan, x, y)
-    });
+    // `angle` is in complex.rs, with the complex case.
     float_op(r, "special_i0e", false, i0e);
     // 0.5 erfc(-x / sqrt 2)
     float_op(r, "special_ndtr", false, |f, x| {

@@ -20,6 +20,8 @@ pub enum ElementType {
     BF16,
     F32,
     F64,
+    C64,
+    C128,
 }
 
 impl ElementType {
@@ -29,7 +31,8 @@ impl ElementType {
             Pred | S8 | U8 => 1,
             S16 | F16 | BF16 => 2,
             S32 | U32 | F32 => 4,
-            S64 | U64 | F64 => 8,
+            S64 | U64 | F64 | C64 => 8,
+            C128 => 16,
         }
     }
 
@@ -48,6 +51,8 @@ impl ElementType {
             BF16 => sys::PJRT_Buffer_Type_BF16,
             F32 => sys::PJRT_Buffer_Type_F32,
             F64 => sys::PJRT_Buffer_Type_F64,
+            C64 => sys::PJRT_Buffer_Type_C64,
+            C128 => sys::PJRT_Buffer_Type_C128,
         }
     }
 
@@ -66,6 +71,8 @@ impl ElementType {
             sys::PJRT_Buffer_Type_BF16 => BF16,
             sys::PJRT_Buffer_Type_F32 => F32,
             sys::PJRT_Buffer_Type_F64 => F64,
+            sys::PJRT_Buffer_Type_C64 => C64,
+            sys::PJRT_Buffer_Type_C128 => C128,
             _ => return None,
         })
     }

@@ -531,8 +531,11 @@ impl Runtime {
     /// A cached rank-0 buffer holding `v` as `elem` on `device`.
     fn scalar_buffer(&self, device: usize, elem: Elem, v: Scalar) -> Result<Arc<Buffer>> {
         let bytes = v.host_bytes(elem);
+        // Past 8 bytes (a complex128) is the imaginary part, always zero for
+        // a Python scalar: the real part and `elem` are the key.
         let mut bits = [0u8; 8];
-        bits[..bytes.len()].copy_from_slice(&bytes);
+        let n = bytes.len().min(8);
+        bits[..n].copy_from_slice(&bytes[..n]);
         let key = (device, elem, u64::from_le_bytes(bits));
         if let Some(b) = self.scalars.lock().get(&key) {
             return Ok(b.clone());

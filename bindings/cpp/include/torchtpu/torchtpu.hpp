@@ -117,6 +117,8 @@ enum class DType : int32_t {
   Float16 = TTPU_DTYPE_FLOAT16,
   Float32 = TTPU_DTYPE_FLOAT32,
   Float64 = TTPU_DTYPE_FLOAT64,
+  Complex64 = TTPU_DTYPE_COMPLEX64,
+  Complex128 = TTPU_DTYPE_COMPLEX128,
   Bool = TTPU_DTYPE_BOOL,
   BFloat16 = TTPU_DTYPE_BFLOAT16,
 };
@@ -137,7 +139,10 @@ inline std::size_t element_size(DType d) noexcept {
       return 4;
     case DType::Int64:
     case DType::Float64:
+    case DType::Complex64:
       return 8;
+    case DType::Complex128:
+      return 16;
   }
   return 0;
 }
@@ -153,6 +158,8 @@ inline const char* dtype_name(DType d) noexcept {
     case DType::Float16: return "float16";
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
+    case DType::Complex64: return "complex64";
+    case DType::Complex128: return "complex128";
     case DType::Bool: return "bool";
     case DType::BFloat16: return "bfloat16";
   }

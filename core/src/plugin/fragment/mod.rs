@@ -171,12 +171,7 @@ pub(crate) fn allowed_op(name: &str) -> Result<&'static str, String> {
 }
 
 fn elem_bytes(e: Elem) -> u64 {
-    match e {
-        Elem::Pred | Elem::I8 | Elem::U8 => 1,
-        Elem::I16 | Elem::F16 | Elem::BF16 => 2,
-        Elem::I32 | Elem::U32 | Elem::F32 => 4,
-        Elem::I64 | Elem::U64 | Elem::F64 => 8,
-    }
+    e.element_type().byte_size() as u64
 }
 
 /// The bytes of a value of type `t`, or `None` past u64.
