@@ -100,7 +100,8 @@ RESULTS: dict[str, dict[str, int]] = defaultdict(lambda: {"pass": 0, "fail": 0, 
 # OpInfos skipped wholesale for a documented reason (SKIPS), with it.
 DOCUMENTED: dict[str, str] = {}
 
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+       torch.complex64: dict(rtol=1e-4, atol=1e-4)}
 
 
 def _to(x, device, grad=False):
@@ -279,10 +280,11 @@ EXACT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, 
 
 def _dtypes(op):
     """float32 and bfloat16 where the CPU kernel takes them; for an op
-    without float kernels, its first integer or bool dtype."""
+    without float kernels, its first integer or bool dtype; for a
+    complex-only op (imag, view_as_real), complex64."""
     cpu = op.supported_dtypes("cpu")
     floats = [d for d in (torch.float32, torch.bfloat16) if d in cpu]
-    return floats or [d for d in EXACT_DTYPES if d in cpu][:1]
+    return floats or [d for d in EXACT_DTYPES if d in cpu][:1] or [d for d in (torch.complex64,) if d in cpu]
 
 
 @pytest.mark.parametrize("op", _ops())

@@ -64,6 +64,8 @@ pub(super) const TAKES_COMPLEX: &[&str] = &[
     "aten::abs",
     "aten::sgn",
     "aten::sgn_",
+    // x * sigmoid(x): stablehlo's logistic and multiply are complex-aware.
+    "aten::silu",
     "aten::cat",
     "aten::stack",
     "aten::constant_pad_nd",
