@@ -34,3 +34,31 @@ def test_interpolate_matches_cpu(n, mode, by, align):
     yt.backward(weights.to("tpu"))
     torch.testing.assert_close(yt.detach().cpu(), y.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(xt.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("sizes", [(8, 9, 3, 4), (5, 7, 12, 10), (32, 31, 7, 5), (4, 4, 4, 4), (10, 3, 1, 1)])
+def test_antialiased_resize_and_grad(mode, align_corners, sizes):
+    """antialias=True: shrinking widens the filter over every source pixel
+    under it (PIL's resampling); forward and backward against the CPU."""
+    hi, wi, ho, wo = sizes
+    g = torch.Generator().manual_seed(hi * 100 + wo)
+    x = torch.randn(2, 3, hi, wi, generator=g)
+    kw = dict(size=(ho, wo), mode=mode, antialias=True, align_corners=align_corners)
+    xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    want, got = F.interpolate(xc, **kw), F.interpolate(xt, **kw)
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+    cot = torch.randn(want.shape, generator=g)
+    want.backward(cot)
+    got.backward(cot.to("tpu"))
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [0.3, 2.5])
+def test_antialiased_scale_factor(scale):
+    x = torch.randn(1, 2, 20, 16, generator=torch.Generator().manual_seed(5))
+    for mode in ("bilinear", "bicubic"):
+        want = F.interpolate(x, scale_factor=scale, mode=mode, antialias=True)
+        got = F.interpolate(x.to("tpu"), scale_factor=scale, mode=mode, antialias=True)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)

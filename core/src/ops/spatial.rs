@@ -320,63 +320,132 @@ fn interp_source(ratio: f64, j: i64, align_corners: bool, wide: bool) -> f64 {
     }
 }
 
-/// Linear interpolation along one dim: for every output position, the two
-/// source positions and their weights (`compute_source_index_and_lambda`).
-struct Linear {
-    i0: Vec<i64>,
-    i1: Vec<i64>,
-    w0: Vec<f64>,
-    w1: Vec<f64>,
+/// An interpolation along one dim as taps: for tap `t` and output position
+/// `j`, the source position `idx[t][j]` and its weight `w[t][j]`.
+struct Taps {
+    idx: Vec<Vec<i64>>,
+    w: Vec<Vec<f64>>,
 }
 
-fn linear_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Linear {
-    let mut m = Linear { i0: Vec::new(), i1: Vec::new(), w0: Vec::new(), w1: Vec::new() };
+impl Taps {
+    fn new(taps: usize) -> Taps {
+        Taps { idx: vec![Vec::new(); taps], w: vec![Vec::new(); taps] }
+    }
+
+    /// The interpolated value: the sum over taps of the gathered sources
+    /// times their weights.
+    fn apply(&self, cx: &mut Cx, y: V, dim: usize) -> V {
+        let mut acc: Option<V> = None;
+        for (idx, w) in self.idx.iter().zip(&self.w) {
+            let yt = take(cx, y, dim, idx);
+            let yt = scale_along(cx, yt, dim, w);
+            acc = Some(match acc {
+                Some(a) => cx.f.add(a, yt),
+                None => yt,
+            });
+        }
+        acc.expect("at least one tap")
+    }
+
+    /// The adjoint of [`Taps::apply`]: each output's gradient, weighted,
+    /// added back into its sources (`input` positions).
+    fn adjoint(&self, cx: &mut Cx, g: V, dim: usize, input: i64) -> V {
+        let mut acc: Option<V> = None;
+        for (idx, w) in self.idx.iter().zip(&self.w) {
+            let gt = scale_along(cx, g, dim, w);
+            let gt = put_add(cx, gt, dim, idx, input);
+            acc = Some(match acc {
+                Some(a) => cx.f.add(a, gt),
+                None => gt,
+            });
+        }
+        acc.expect("at least one tap")
+    }
+}
+
+/// Linear interpolation along one dim: for every output position, the two
+/// source positions and their weights (`compute_source_index_and_lambda`).
+fn linear_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Taps {
+    let mut m = Taps::new(2);
     let ratio = interp_ratio(input, output, align_corners, scale, wide);
     for j in 0..output {
-        if input == output {
-            m.i0.push(j);
-            m.i1.push(j);
-            m.w0.push(1.0);
-            m.w1.push(0.0);
-            continue;
-        }
-        let src = interp_source(ratio, j, align_corners, wide);
-        let src = if align_corners { src } else { src.max(0.0) };
-        let i0 = (src.floor() as i64).min(input - 1);
-        let l1 = opm(src - i0 as f64, wide).clamp(0.0, 1.0);
-        m.i0.push(i0);
-        m.i1.push(if i0 < input - 1 { i0 + 1 } else { i0 });
-        m.w0.push(opm(1.0 - l1, wide));
-        m.w1.push(l1);
+        let (i0, i1, w0, w1) = if input == output {
+            (j, j, 1.0, 0.0)
+        } else {
+            let src = interp_source(ratio, j, align_corners, wide);
+            let src = if align_corners { src } else { src.max(0.0) };
+            let i0 = (src.floor() as i64).min(input - 1);
+            let l1 = opm(src - i0 as f64, wide).clamp(0.0, 1.0);
+            (i0, if i0 < input - 1 { i0 + 1 } else { i0 }, opm(1.0 - l1, wide), l1)
+        };
+        m.idx[0].push(i0);
+        m.idx[1].push(i1);
+        m.w[0].push(w0);
+        m.w[1].push(w1);
     }
     m
+}
+
+/// Keys' cubic convolution kernel with parameter `a` at distance `x`.
+fn keys_cubic(a: f64, x: f64) -> f64 {
+    let x = x.abs();
+    if x <= 1.0 {
+        ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    } else if x < 2.0 {
+        ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    } else {
+        0.0
+    }
 }
 
 /// Bicubic interpolation along one dim (Keys' kernel, a = -0.75, as
 /// PyTorch's `upsample_bicubic2d`): for every output position, four source
 /// positions `floor(src) - 1 .. floor(src) + 2` clamped to the input, and
 /// their weights. Unlike the linear map, the source is not clamped at 0.
-struct Cubic {
-    idx: [Vec<i64>; 4],
-    w: [Vec<f64>; 4],
-}
-
-fn cubic_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Cubic {
-    const A: f64 = -0.75;
-    let mut m = Cubic { idx: Default::default(), w: Default::default() };
+fn cubic_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, wide: bool) -> Taps {
+    let mut m = Taps::new(4);
     let ratio = interp_ratio(input, output, align_corners, scale, wide);
-    // Keys' kernel for |x| <= 1 and 1 < |x| < 2.
-    let near = |x: f64| opm(((A + 2.0) * x - (A + 3.0)) * x * x + 1.0, wide);
-    let far = |x: f64| opm(((A * x - 5.0 * A) * x + 8.0 * A) * x - 4.0 * A, wide);
     for j in 0..output {
         let src = interp_source(ratio, j, align_corners, wide);
         let i = src.floor();
         let t = opm(src - i, wide);
         let i = i as i64;
-        let w = [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)];
         for k in 0..4 {
             m.idx[k].push((i - 1 + k as i64).clamp(0, input - 1));
-            m.w[k].push(w[k]);
+            m.w[k].push(opm(keys_cubic(-0.75, t + 1.0 - k as f64), wide));
+        }
+    }
+    m
+}
+
+/// Anti-aliased interpolation along one dim (`antialias=True`, PyTorch's
+/// `_compute_indices_min_size_weights_aa`, after PIL): when shrinking, the
+/// filter (triangle for bilinear, Keys' a = -0.5 for bicubic) stretches by
+/// the scale, so every source pixel under it contributes; weights are
+/// normalized to sum to 1. `support` is the filter's half-width at scale 1.
+fn aa_map(input: i64, output: i64, align_corners: bool, scale: Option<f64>, cubic: bool, wide: bool) -> Taps {
+    let ratio = interp_ratio(input, output, align_corners, scale, wide);
+    let half = if cubic { 2.0 } else { 1.0 };
+    let support = opm(if ratio >= 1.0 { half * ratio } else { half }, wide);
+    let taps = (support.ceil() as usize) * 2 + 1;
+    let invscale = if ratio >= 1.0 { opm(1.0 / ratio, wide) } else { 1.0 };
+    let filter = |x: f64| if cubic { keys_cubic(-0.5, x) } else { (1.0 - x.abs()).max(0.0) };
+    let mut m = Taps::new(taps);
+    for j in 0..output {
+        let center = opm(ratio * (j as f64 + 0.5), wide);
+        // Truncation toward zero, as the C++ cast does.
+        let xmin = ((center - support + 0.5) as i64).max(0);
+        let xsize = (((center + support + 0.5) as i64).min(input) - xmin).clamp(0, taps as i64);
+        let w: Vec<f64> = (0..xsize).map(|t| opm(filter(opm((t + xmin) as f64 - center + 0.5, wide) * invscale), wide)).collect();
+        let total: f64 = w.iter().sum();
+        for t in 0..taps {
+            let (i, wt) = if (t as i64) < xsize {
+                (xmin + t as i64, if total != 0.0 { opm(w[t] / total, wide) } else { w[t] })
+            } else {
+                (xmin.min(input - 1), 0.0)
+            };
+            m.idx[t].push(i);
+            m.w[t].push(wt);
         }
     }
     m
@@ -448,6 +517,20 @@ enum Interp {
     Linear,
     /// Bicubic, 2-d only.
     Cubic,
+    /// Anti-aliased bilinear and bicubic, 2-d only.
+    LinearAa,
+    CubicAa,
+}
+
+/// The taps of an interpolating mode along one dim.
+fn taps(mode: Interp, input: i64, output: i64, align: bool, scale: Option<f64>, d: DType) -> Taps {
+    let wide = d == DType::F64;
+    match mode {
+        Interp::Linear => linear_map(input, output, align, scale, wide),
+        Interp::Cubic => cubic_map(input, output, align, scale, wide),
+        Interp::LinearAa => aa_map(input, output, align, scale, false, wide),
+        _ => aa_map(input, output, align, scale, true, wide),
+    }
 }
 
 /// The names of the upsampling ops of `n` spatial dims.
@@ -457,6 +540,8 @@ fn upsample_name(mode: Interp, n: usize) -> String {
         Interp::NearestExact => format!("_upsample_nearest_exact{n}d"),
         Interp::Linear => format!("upsample_{}{n}d", ["linear", "bilinear", "trilinear"][n - 1]),
         Interp::Cubic => format!("upsample_bicubic{n}d"),
+        Interp::LinearAa => format!("_upsample_bilinear{n}d_aa"),
+        Interp::CubicAa => format!("_upsample_bicubic{n}d_aa"),
     }
 }
 
@@ -472,10 +557,10 @@ fn scale_decls(n: usize) -> String {
 
 fn register_upsample(r: &mut Builder) {
     for n in 1..=3usize {
-        let cubic = (n == 2).then_some(Interp::Cubic);
-        for mode in [Interp::Nearest, Interp::NearestExact, Interp::Linear].into_iter().chain(cubic) {
+        let two_d: &[Interp] = if n == 2 { &[Interp::Cubic, Interp::LinearAa, Interp::CubicAa] } else { &[] };
+        for mode in [Interp::Nearest, Interp::NearestExact, Interp::Linear].into_iter().chain(two_d.iter().copied()) {
             let name = upsample_name(mode, n);
-            let interpolates = matches!(mode, Interp::Linear | Interp::Cubic);
+            let interpolates = !matches!(mode, Interp::Nearest | Interp::NearestExact);
             let align = if interpolates { "bool align_corners, " } else { "" };
             // Argument positions after output_size (and input_size).
             let lin = usize::from(interpolates);
@@ -495,27 +580,7 @@ fn register_upsample(r: &mut Builder) {
                         y = match mode {
                             Interp::Nearest => take(cx, y, 2 + k, &nearest_map(input, output, scales[k])),
                             Interp::NearestExact => take(cx, y, 2 + k, &nearest_exact_map(input, output, scales[k])),
-                            Interp::Linear => {
-                                let m = linear_map(input, output, align, scales[k], d == DType::F64);
-                                let y0 = take(cx, y, 2 + k, &m.i0);
-                                let y0 = scale_along(cx, y0, 2 + k, &m.w0);
-                                let y1 = take(cx, y, 2 + k, &m.i1);
-                                let y1 = scale_along(cx, y1, 2 + k, &m.w1);
-                                cx.f.add(y0, y1)
-                            }
-                            Interp::Cubic => {
-                                let m = cubic_map(input, output, align, scales[k], d == DType::F64);
-                                let mut acc: Option<V> = None;
-                                for t in 0..4 {
-                                    let yt = take(cx, y, 2 + k, &m.idx[t]);
-                                    let yt = scale_along(cx, yt, 2 + k, &m.w[t]);
-                                    acc = Some(match acc {
-                                        Some(a) => cx.f.add(a, yt),
-                                        None => yt,
-                                    });
-                                }
-                                acc.expect("four taps")
-                            }
+                            _ => taps(mode, input, output, align, scales[k], d).apply(cx, y, 2 + k),
                         };
                     }
                     Ok(vec![cx.f.convert(y, d)])
@@ -545,27 +610,7 @@ fn register_upsample(r: &mut Builder) {
                             Interp::NearestExact => {
                                 put_add(cx, y, 2 + k, &nearest_exact_map(input, output, scales[k]), input)
                             }
-                            Interp::Linear => {
-                                let m = linear_map(input, output, align, scales[k], d == DType::F64);
-                                let y0 = scale_along(cx, y, 2 + k, &m.w0);
-                                let y0 = put_add(cx, y0, 2 + k, &m.i0, input);
-                                let y1 = scale_along(cx, y, 2 + k, &m.w1);
-                                let y1 = put_add(cx, y1, 2 + k, &m.i1, input);
-                                cx.f.add(y0, y1)
-                            }
-                            Interp::Cubic => {
-                                let m = cubic_map(input, output, align, scales[k], d == DType::F64);
-                                let mut acc: Option<V> = None;
-                                for t in 0..4 {
-                                    let yt = scale_along(cx, y, 2 + k, &m.w[t]);
-                                    let yt = put_add(cx, yt, 2 + k, &m.idx[t], input);
-                                    acc = Some(match acc {
-                                        Some(a) => cx.f.add(a, yt),
-                                        None => yt,
-                                    });
-                                }
-                                acc.expect("four taps")
-                            }
+                            _ => taps(mode, input, output, align, scales[k], d).adjoint(cx, y, 2 + k, input),
                         };
                     }
                     Ok(vec![cx.f.convert(y, d)])
