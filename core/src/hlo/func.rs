@@ -307,6 +307,14 @@ impl Func {
         self.op1("stablehlo.constant", &[], &attrs, ty)
     }
 
+    /// A rank-1 constant of `elem` holding `vals`.
+    pub fn const_floats(&mut self, elem: Elem, vals: &[f64]) -> V {
+        let ty = Ty::new(elem, &[vals.len() as i64]);
+        let lits: Vec<String> = vals.iter().map(|&v| elem.literal(v)).collect();
+        let attrs = format!("value = dense<[{}]> : {}", lits.join(", "), ty);
+        self.op1("stablehlo.constant", &[], &attrs, ty)
+    }
+
     pub fn iota(&mut self, ty: &Ty, dim: usize) -> V {
         self.op1("stablehlo.iota", &[], &format!("iota_dimension = {dim} : i64"), ty.clone())
     }

@@ -119,9 +119,6 @@ pub fn elem(d: DType) -> Elem {
     d.into()
 }
 
-/// A `stablehlo.while` that runs `body` for `j = 0..count` over the carried
-/// values `init` (the counter is carried last and given to `body`, which
-/// returns the new carried values without it). Returns the final values.
 /// Whether `pred` holds anywhere, as a `tensor<i1>`: the condition of a
 /// while loop that runs while any element is still working.
 pub(crate) fn any(f: &mut crate::hlo::Func, pred: V) -> V {
@@ -130,6 +127,9 @@ pub(crate) fn any(f: &mut crate::hlo::Func, pred: V) -> V {
     f.reduce(pred, no, &(0..rank).collect::<Vec<_>>(), crate::hlo::Reducer::Or)
 }
 
+/// A `stablehlo.while` that runs `body` for `j = 0..count` over the carried
+/// values `init` (the counter is carried last and given to `body`, which
+/// returns the new carried values without it). Returns the final values.
 pub(crate) fn counted_loop(
     cx: &mut Cx,
     init: &[V],

@@ -141,7 +141,7 @@ fn check_dim_shapes(cx: &Cx, x: &[i64], idx: &[i64], src: Option<&[i64]>, dim: u
     Ok(())
 }
 
-fn gather_dim(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
+pub(super) fn gather_dim(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
     check_index_dtype(cx, idx, "gather")?;
     let (xd, id) = (cx.dims(x), cx.dims(idx));
     let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;
@@ -163,13 +163,13 @@ fn gather_dim(cx: &mut Cx, x: V, dim: i64, idx: V) -> Result<V> {
 /// What a `scatter` writes: a tensor (`src`, of the same dtype as `self`)
 /// or a runtime scalar.
 #[derive(Clone, Copy)]
-enum Src {
+pub(super) enum Src {
     T(V),
     S(super::ScalarRef),
 }
 
 /// Scatters `src` into `x` along `dim` at `idx`, replacing or combining.
-fn scatter_dim(cx: &mut Cx, x: V, dim: i64, idx: V, src: Src, combine: Option<Reducer>) -> Result<V> {
+pub(super) fn scatter_dim(cx: &mut Cx, x: V, dim: i64, idx: V, src: Src, combine: Option<Reducer>) -> Result<V> {
     check_index_dtype(cx, idx, "scatter")?;
     let (xd, id) = (cx.dims(x), cx.dims(idx));
     let dim = shape::wrap_dim(&cx.op, dim, xd.len())?;

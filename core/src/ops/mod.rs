@@ -536,6 +536,10 @@ pub enum Composite {
     /// once (a sync, as on CUDA) to check them and size the result, then
     /// the counts (or summed weights) are a `scatter_add`.
     Bincount,
+    /// An op whose `Tensor` lengths (arguments `lengths` and `lengths + 1`)
+    /// are read on the host once (a sync, as on CUDA), then `op`, its
+    /// overload with `int[]` lengths: `_ctc_loss.Tensor` and its backward.
+    LengthsOnHost { lengths: usize, op: &'static str },
 }
 
 /// A check of a call's bound arguments ([`OpEntry::check`]).

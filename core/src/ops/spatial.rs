@@ -43,14 +43,6 @@ pub fn register(r: &mut Builder) {
 
 // ------------------------------------------------------------------ helpers
 
-/// A rank-1 constant of `elem` holding `vals`.
-fn const_vec(f: &mut Func, elem: Elem, vals: &[f64]) -> V {
-    let ty = Ty::new(elem, &[vals.len() as i64]);
-    let lits: Vec<String> = vals.iter().map(|&v| elem.literal(v)).collect();
-    let attrs = format!("value = dense<[{}]> : {}", lits.join(", "), ty);
-    f.op("stablehlo.constant", &[], &[], &attrs, &[ty])[0]
-}
-
 /// `x` indexed along `dim` by host-known indices (`index_select` with
 /// constant indices).
 pub(super) fn take(cx: &mut Cx, x: V, dim: usize, idx: &[i64]) -> V {
@@ -94,7 +86,7 @@ fn put_add(cx: &mut Cx, g: V, dim: usize, idx: &[i64], size: i64) -> V {
 fn scale_along(cx: &mut Cx, x: V, dim: usize, w: &[f64]) -> V {
     let elem = cx.ty(x).elem;
     let dims = cx.dims(x);
-    let wv = const_vec(&mut cx.f, elem, w);
+    let wv = cx.f.const_floats(elem, w);
     let wv = cx.f.broadcast_in_dim(wv, &[dim as i64], &dims);
     cx.f.mul(x, wv)
 }

@@ -96,6 +96,20 @@ impl Runtime {
                 };
                 Ok(vec![self.bincount(op, tensor_arg(op, bound, 0)?, weights, minlength)?.into()])
             }
+            Composite::LengthsOnHost { lengths, op: target } => {
+                let mut args = bound.to_vec();
+                for i in [lengths, lengths + 1] {
+                    let t = tensor_arg(op, bound, i)?;
+                    if !t.dtype().is_int() || t.rank() > 1 {
+                        return Err(Error::op(op, format!("lengths must be a 1-D integral tensor, got {} {}", t.dtype(), shape::fmt(t.sizes()))));
+                    }
+                    let t = self.call1("aten::_to_copy", &[t.into(), Value::DType(DType::I64)])?;
+                    let bytes = self.tensor_to_host(&t)?;
+                    let vals = bytes.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect();
+                    args[i] = Value::IntList(vals);
+                }
+                self.call(target, &args)
+            }
             Composite::Lstsq => {
                 let rcond = match bound.get(2) {
                     Some(Value::Double(r)) => Some(*r),

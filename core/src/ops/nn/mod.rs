@@ -8,6 +8,7 @@
 //! - [`dropout`]; [`embedding`];
 //! - [`loss`]: NLL, MSE, smooth L1, Huber, binary cross-entropy, with one
 //!   [`loss::Reduction`]; [`margin`]: the margin losses;
+//! - [`ctc`]: connectionist temporal classification;
 //! - [`rnn`]: the fused LSTM and GRU cells; [`attention`] and
 //!   [`transformer`]: the fused attention and encoder-layer ops.
 //!
@@ -25,6 +26,7 @@ mod act;
 mod adaptive;
 mod attention;
 mod conv;
+mod ctc;
 mod dropout;
 mod embedding;
 mod loss;
@@ -44,6 +46,7 @@ pub fn register(r: &mut Builder) {
     adaptive::register(r);
     attention::register(r);
     conv::register(r);
+    ctc::register(r);
     dropout::register(r);
     embedding::register(r);
     loss::register(r);
