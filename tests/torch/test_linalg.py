@@ -361,3 +361,23 @@ def test_lstsq_rank_deficient_and_gradient():
     (torch.linalg.lstsq(xt, yt).solution ** 2).sum().backward()
     _same(xt.grad, xc.grad, tol=LOOSE)
     _same(yt.grad, yc.grad, tol=LOOSE)
+
+
+@pytest.mark.parametrize("shape", [(6, 4), (3, 5, 5), (7, 1)])
+def test_polar(shape):
+    """A = U H: U with orthonormal columns, H symmetric positive
+    semidefinite (unique for full-rank A), and its gradient."""
+    *batch, m, n = shape
+    a = _graded(*batch, m=m, n=n, cond=1e2)
+    u, h = (t.cpu() for t in torch.linalg.polar(_t(a)))
+    cu, ch = torch.linalg.polar(a)
+    _same((u, h), (cu, ch))
+    torch.testing.assert_close(u.mT @ u, torch.eye(n).expand(*batch, n, n), **TOL)
+    torch.testing.assert_close(h, h.mT, **TOL)
+    with pytest.raises(RuntimeError, match="at least as many rows as columns"):
+        torch.linalg.polar(torch.randn(2, 3, device="tpu"))
+    x, xc = _t(a).requires_grad_(), a.clone().requires_grad_()
+    for inp in (x, xc):
+        uu, hh = torch.linalg.polar(inp)
+        ((uu ** 3).sum() + (hh ** 2).sum()).backward()
+    _same(x.grad, xc.grad, tol=LOOSE)

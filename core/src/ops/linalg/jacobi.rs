@@ -48,6 +48,7 @@ pub(super) fn register(r: &mut Builder) {
             svd(cx, x, full, uv)
         },
     );
+    r.op("aten::linalg_polar(Tensor A) -> (Tensor U, Tensor H)", |cx, a| polar(cx, a.tensor(0)?));
     r.op("aten::_linalg_eigh(Tensor A, str UPLO=\"L\", bool compute_v=True) -> (Tensor eigenvalues, Tensor eigenvectors)", |cx, a| {
         let x = a.tensor(0)?;
         let uplo = a.opt_str(1).unwrap_or("L").to_string();
@@ -318,6 +319,35 @@ fn svd(cx: &mut Cx, x: V, full: bool, uv: bool) -> Result<Vec<V>> {
     let u = cx.f.reshape(u, &with(&[m, u_cols]));
     let vh = cx.f.reshape(vh, &with(&[vh_rows, n]));
     Ok(vec![cx.f.convert(u, d), s_out, cx.f.convert(vh, d)])
+}
+
+/// The polar decomposition `A = U H` of `x` `[..., m, n]` (`m >= n`) from
+/// the thin SVD `A = W S Vh`: `U = W Vh` (orthonormal columns) and
+/// `H = Vhᵀ S Vh` (symmetric positive semidefinite).
+fn polar(cx: &mut Cx, x: V) -> Result<Vec<V>> {
+    let dims = cx.dims(x);
+    if dims.len() < 2 {
+        bail_op!(&*cx.op, "linalg.polar: The input tensor A must have at least 2 dimensions.");
+    }
+    let r = dims.len();
+    let (m, n) = (dims[r - 2], dims[r - 1]);
+    if m < n {
+        bail_op!(&*cx.op, "linalg.polar: input must have at least as many rows as columns, but got {m} by {n} matrices");
+    }
+    let d = float(cx, x, "linalg.polar")?;
+    let parts = svd(cx, x, false, true)?;
+    let od = d.opmath();
+    let (w, s, vh) = (cx.f.convert(parts[0], od), cx.f.convert(parts[1], od), cx.f.convert(parts[2], od));
+    let batch: Vec<usize> = (0..r - 2).collect();
+    let u = cx.f.dot_general(w, vh, &batch, &batch, &[r - 1], &[r - 2], od.into());
+    // Vhᵀ S: the rows of Vh scaled by S, transposed.
+    let mut sdims: Vec<i64> = dims[..r - 2].to_vec();
+    sdims.extend([n, n]);
+    let keep: Vec<i64> = (0..r as i64 - 1).collect();
+    let sb = cx.f.broadcast_in_dim(s, &keep, &sdims);
+    let scaled = cx.f.mul(vh, sb);
+    let h = cx.f.dot_general(scaled, vh, &batch, &batch, &[r - 2], &[r - 2], od.into());
+    Ok(vec![cx.f.convert(u, d), cx.f.convert(h, d)])
 }
 
 /// The first `want` columns of an orthonormal basis whose first `cols`
