@@ -37,6 +37,9 @@ def test_transfer_arithmetic_and_parts(eager_mode, dtype):
     _close(ta.conj().resolve_conj(), a.conj().resolve_conj())
     _close(torch.cat([ta, tb.conj()], 1), torch.cat([a, b.conj()], 1))
     _close(ta[:, 1:4].flip(0), a[:, 1:4].flip(0))
+    idx = torch.tensor([[2, 0, 1, 1, 0]] * 3)
+    _close(ta.gather(0, idx.to("tpu")), a.gather(0, idx))
+    _close(ta.index_select(1, torch.tensor([4, 0]).to("tpu")), a.index_select(1, torch.tensor([4, 0])))
 
 
 def test_sgn_and_angle_at_zero():

@@ -10,8 +10,11 @@ inv, det, slogdet, singular input (info, det 0, inv's error); Householder QR
 matrix); the Jacobi SVD (thin and full, wide and tall, batched, condition
 1e3, rank-deficient and zero matrices, pinv, the 2- and nuclear norms,
 cond, float64) and eigh (both triangles, a repeated eigenvalue, condition
-1e6), whose vectors are compared sign-normalized; and the gradients through
-cholesky, det, slogdet, inv, solve, qr and svd.
+1e6), whose vectors are compared sign-normalized; the polar decomposition;
+the general eigendecomposition (random, batched, float64, a rotation, a
+permutation, a Jordan block, repeated eigenvalues, non-finite input),
+compared as sets of eigenvalues and by A v = lambda v; and the gradients
+through cholesky, det, slogdet, inv, solve, qr, svd and polar.
 
 Tolerances: 1e-4 relative and absolute on results of condition number up
 to 1e3 in float32; 1e-3 for cholesky_inverse and the gradient, whose error
@@ -381,3 +384,61 @@ def test_polar(shape):
         uu, hh = torch.linalg.polar(inp)
         ((uu ** 3).sum() + (hh ** 2).sum()).backward()
     _same(x.grad, xc.grad, tol=LOOSE)
+
+
+def _sorted_eigvals(w):
+    """Eigenvalues in a fixed order (they come in none): by real part to 4
+    decimals, then imaginary part."""
+    w = w.cpu()
+    by_imag = torch.sort(w.imag, dim=-1, stable=True).indices
+    real = torch.round(w.real.gather(-1, by_imag), decimals=4)
+    return w.gather(-1, by_imag.gather(-1, torch.sort(real, dim=-1, stable=True).indices))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (5, 5), (3, 6, 6), (16, 16)])
+def test_eig_random(shape):
+    """General real matrices: eigenvalues against LAPACK (as sets), and
+    A v = lambda v with unit-norm vectors."""
+    a = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    w, v = (t.cpu() for t in torch.linalg.eig(_t(a)))
+    assert w.dtype == torch.complex64 and v.dtype == torch.complex64
+    _same(_sorted_eigvals(w), _sorted_eigvals(torch.linalg.eigvals(a)))
+    _same(_sorted_eigvals(torch.linalg.eigvals(_t(a))), _sorted_eigvals(w))
+    ac = a.to(torch.complex64)
+    torch.testing.assert_close(ac @ v, v * w.unsqueeze(-2), **TOL)
+    torch.testing.assert_close(v.abs().pow(2).sum(-2), torch.ones(w.shape), **TOL)
+
+
+def test_eig_special_matrices():
+    # A rotation: eigenvalues +-i, by hand.
+    w = torch.linalg.eigvals(torch.tensor([[0.0, -1.0], [1.0, 0.0]], device="tpu"))
+    _same(_sorted_eigvals(w), torch.tensor([-1j, 1j], dtype=torch.complex64))
+    # A permutation (the unshifted QR algorithm stalls on it), a diagonal
+    # matrix, a Jordan block (defective: one eigenvector) and a repeated
+    # eigenvalue of a symmetric matrix.
+    perm = torch.tensor([[0.0, 0, 1], [1, 0, 0], [0, 1, 0]])
+    _same(_sorted_eigvals(torch.linalg.eigvals(_t(perm))), _sorted_eigvals(torch.linalg.eigvals(perm)))
+    w, v = (t.cpu() for t in torch.linalg.eig(torch.diag(torch.tensor([3.0, 1.0, 2.0])).to("tpu")))
+    _same(_sorted_eigvals(w), torch.tensor([1, 2, 3], dtype=torch.complex64))
+    torch.testing.assert_close(v.abs(), torch.eye(3), **TOL)
+    jordan = torch.tensor([[2.0, 1.0], [0.0, 2.0]])
+    w, v = (t.cpu() for t in torch.linalg.eig(_t(jordan)))
+    _same(w, torch.tensor([2, 2], dtype=torch.complex64))
+    torch.testing.assert_close(v[1].abs(), torch.zeros(2), **TOL)  # both along e1
+    q, _ = torch.linalg.qr(torch.randn(4, 4, generator=torch.Generator().manual_seed(2)))
+    sym = q @ torch.diag(torch.tensor([1.0, 1.0, -2.0, 5.0])) @ q.T
+    _same(_sorted_eigvals(torch.linalg.eigvals(_t(sym))), torch.tensor([-2, 1, 1, 5], dtype=torch.complex64))
+
+
+def test_eig_float64_and_bad_input():
+    a = torch.randn(12, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    w, v = (t.cpu() for t in torch.linalg.eig(_t(a)))
+    assert w.dtype == torch.complex128
+    _same(_sorted_eigvals(w), _sorted_eigvals(torch.linalg.eigvals(a)), tol=dict(rtol=1e-10, atol=1e-10))
+    torch.testing.assert_close(a.to(torch.complex128) @ v, v * w.unsqueeze(-2), rtol=1e-10, atol=1e-10)
+    bad = torch.eye(3)
+    bad[1, 2] = float("nan")
+    with pytest.raises(RuntimeError, match="infs or NaNs"):
+        torch.linalg.eigvals(_t(bad)).cpu()
+    with pytest.raises(RuntimeError, match="square"):
+        torch.linalg.eig(torch.randn(2, 3, device="tpu"))

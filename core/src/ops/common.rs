@@ -130,20 +130,22 @@ pub(crate) fn any(f: &mut crate::hlo::Func, pred: V) -> V {
 /// A `stablehlo.while` that runs `body` for `j = 0..count` over the carried
 /// values `init` (the counter is carried last and given to `body`, which
 /// returns the new carried values without it). Returns the final values.
+/// Takes the function rather than the lowering context, so that loops nest
+/// (a body builds its inner loops on the region's function).
 pub(crate) fn counted_loop(
-    cx: &mut Cx,
+    f: &mut crate::hlo::Func,
     init: &[V],
     count: i64,
     body: impl FnOnce(&mut crate::hlo::Func, &[V], V) -> Vec<V>,
 ) -> Vec<V> {
-    let j0 = cx.f.splat_int(&Ty::scalar(Elem::I64), 0);
-    let mut tys: Vec<Ty> = init.iter().map(|&v| cx.ty(v).clone()).collect();
+    let j0 = f.splat_int(&Ty::scalar(Elem::I64), 0);
+    let mut tys: Vec<Ty> = init.iter().map(|&v| f.ty(v).clone()).collect();
     tys.push(Ty::scalar(Elem::I64));
-    let cond = cx.f.region(&tys, |f, s| {
+    let cond = f.region(&tys, |f, s| {
         let n = f.splat_int(&Ty::scalar(Elem::I64), count);
         vec![f.compare(Cmp::Lt, s[s.len() - 1], n)]
     });
-    let body = cx.f.region(&tys, |f, s| {
+    let body = f.region(&tys, |f, s| {
         let j = s[s.len() - 1];
         let mut out = body(f, &s[..s.len() - 1], j);
         let one = f.splat_int(&Ty::scalar(Elem::I64), 1);
@@ -152,7 +154,7 @@ pub(crate) fn counted_loop(
     });
     let mut operands = init.to_vec();
     operands.push(j0);
-    let mut out = cx.f.op("stablehlo.while", &operands, &[cond, body], "", &tys);
+    let mut out = f.op("stablehlo.while", &operands, &[cond, body], "", &tys);
     out.pop();
     out
 }

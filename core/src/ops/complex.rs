@@ -74,6 +74,8 @@ pub(super) const TAKES_COMPLEX: &[&str] = &[
     "aten::slice_scatter",
     "aten::select_scatter",
     "aten::where.self",
+    "aten::gather",
+    "aten::index_select",
 ];
 
 pub fn register(r: &mut Builder) {

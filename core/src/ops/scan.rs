@@ -52,7 +52,7 @@ fn sequential_logaddexp(cx: &mut Cx, x: V, dim: usize) -> V {
     let mut one = dims.clone();
     one[dim] = 1;
     let run0 = cx.f.slice_dim(x, dim, 0, 1, 1);
-    let out = counted_loop(cx, &[x, x, run0], n - 1, |f, s, j| {
+    let out = counted_loop(&mut cx.f, &[x, x, run0], n - 1, |f, s, j| {
         let (x, out, run) = (s[0], s[1], s[2]);
         let one_i = f.splat_int(&Ty::scalar(Elem::I64), 1);
         let pos = f.add(j, one_i);

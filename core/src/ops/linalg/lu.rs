@@ -178,7 +178,7 @@ fn factor(cx: &mut Cx, a: V, what: &str) -> Result<Factor> {
     let lu0 = cx.f.reshape(ac, &[b, m, n]);
     let piv0 = cx.f.splat_int(&Ty::new(Elem::I32, &[b, k]), 0);
     let info0 = cx.f.splat_int(&Ty::new(Elem::I32, &[b]), 0);
-    let out = counted_loop(cx, &[lu0, piv0, info0], k, |f, s, j| step(f, s, j, b, m, n, k));
+    let out = counted_loop(&mut cx.f, &[lu0, piv0, info0], k, |f, s, j| step(f, s, j, b, m, n, k));
     let mut lu_dims = batch.clone();
     lu_dims.extend_from_slice(&[m, n]);
     let lu = cx.f.reshape(out[0], &lu_dims);
@@ -295,7 +295,7 @@ fn permutation(cx: &mut Cx, piv: V, m: i64) -> V {
     }
     let piv = cx.f.convert(piv, Elem::I64);
     let piv = cx.f.reshape(piv, &[b, k]);
-    let out = counted_loop(cx, &[perm0, piv], k, |f, s, i| {
+    let out = counted_loop(&mut cx.f, &[perm0, piv], k, |f, s, i| {
         let (perm, piv) = (s[0], s[1]);
         let tbk = Ty::new(Elem::I64, &[b, k]);
         let kv = f.iota(&tbk, 1);

@@ -10,10 +10,12 @@
 //! (Cholesky and triangular solves, on StableHLO's own `cholesky` and
 //! `triangular_solve`), [`lu`] (LU with partial pivoting, and solve,
 //! inverse, determinants on it), [`qr`] (Householder QR), [`jacobi`]
-//! (the SVD and the symmetric eigendecomposition) and [`matrix_fn`]
+//! (the SVD and the symmetric eigendecomposition), [`eig`] (the general
+//! eigendecomposition, by the complex Schur form) and [`matrix_fn`]
 //! (the matrix exponential and square root).
 
 mod cholesky;
+mod eig;
 mod jacobi;
 mod lu;
 mod matrix_fn;
@@ -32,6 +34,7 @@ pub fn register(r: &mut Builder) {
     lu::register(r);
     qr::register(r);
     jacobi::register(r);
+    eig::register(r);
     matrix_fn::register(r);
     r.composite(
         "aten::linalg_lstsq(Tensor self, Tensor b, float? rcond=None, *, str? driver=None) \

@@ -124,7 +124,7 @@ pub(super) fn geqrf(cx: &mut Cx, x: V, what: &str) -> Result<Packed> {
     }
     let a0 = cx.f.reshape(xc, &[b, m, n]);
     let t0 = cx.f.splat(&Ty::new(Elem::from(od), &[b, k]), 0.0);
-    let out = counted_loop(cx, &[a0, t0], k, |f, s, j| qr_step(f, s, j, b, m, n, k));
+    let out = counted_loop(&mut cx.f, &[a0, t0], k, |f, s, j| qr_step(f, s, j, b, m, n, k));
     let a = cx.f.reshape(out[0], &dims);
     let tau = cx.f.reshape(out[1], &tau_dims);
     Ok(Packed { a, tau, d, dims, m, n })
@@ -281,7 +281,7 @@ fn apply_reflectors(cx: &mut Cx, a: V, tau: V, c: V, left: bool, forward: bool) 
     let a3 = cx.f.reshape(a, &[b, m, n]);
     let t2 = cx.f.reshape(tau, &[b, k]);
     let c3 = cx.f.reshape(c, &[b, cr, cc]);
-    let out = counted_loop(cx, &[a3, t2, c3], k, |f, s, i| {
+    let out = counted_loop(&mut cx.f, &[a3, t2, c3], k, |f, s, i| {
         let (a, taus, c) = (s[0], s[1], s[2]);
         // The reflector applied at iteration i.
         let j = if forward {

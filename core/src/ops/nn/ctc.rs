@@ -311,7 +311,7 @@ fn forward(cx: &mut Cx, p: &Problem) -> Result<Vec<V>> {
     let buf0 = put_row(&mut cx.f, buf0, zero, alpha0);
     let il = p.il.clone();
     let tl = p.tl.clone();
-    let out = counted_loop(cx, &[alpha0, buf0, g, skip], t - 1, |f, st, j| {
+    let out = counted_loop(&mut cx.f, &[alpha0, buf0, g, skip], t - 1, |f, st, j| {
         let (alpha, buf, g, skip) = (st[0], st[1], st[2], st[3]);
         let one = f.splat_int(&Ty::scalar(Elem::I64), 1);
         let step = f.add(j, one);
@@ -397,7 +397,7 @@ fn backward(cx: &mut Cx, p: &Problem, grad: V, nll: V, log_alpha: V, zero_infini
     let buf0 = cx.f.splat(&Ty::new(e, &[t, n, l]), f64::NEG_INFINITY);
     let il = p.il.clone();
     let tl = p.tl.clone();
-    let out = counted_loop(cx, &[ninf_row, buf0, g, skip_back], t, |f, st, j| {
+    let out = counted_loop(&mut cx.f, &[ninf_row, buf0, g, skip_back], t, |f, st, j| {
         let (beta, buf, g, skip) = (st[0], st[1], st[2], st[3]);
         let last = f.splat_int(&Ty::scalar(Elem::I64), t - 1);
         let step = f.sub(last, j);
