@@ -65,8 +65,8 @@ int main(void) {
     ttpu_tensor_destroy((ttpu_tensor_t *)out[0].ptr);
 
     /* An op without complex support refuses, naming itself and the dtype. */
-    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::exp", one, 1, out, 1, &n), TTPU_CODE_UNIMPLEMENTED, "aten::exp");
-    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::exp", one, 1, out, 1, &n), TTPU_CODE_UNIMPLEMENTED, "complex64");
+    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::erf", one, 1, out, 1, &n), TTPU_CODE_UNIMPLEMENTED, "aten::erf");
+    CHECK_CODE_MSG(ttpu_op_call(rt, "aten::erf", one, 1, out, 1, &n), TTPU_CODE_UNIMPLEMENTED, "complex64");
     /* Still usable. */
     CHECK_OK(ttpu_runtime_synchronize(rt));
 

@@ -130,7 +130,49 @@ def test_stft_istft_round_trip():
 
 def test_ops_without_complex_refuse_by_name():
     t = _c(3).to("tpu")
-    with pytest.raises(NotImplementedError, match=r"aten::exp.*complex64"):
-        torch.exp(t)
+    with pytest.raises(NotImplementedError, match=r"aten::erf.*complex64"):
+        torch.erf(t)
     with pytest.raises(NotImplementedError, match=r"complex64"):
         torch.sort(t)
+
+
+def test_transcendentals_reductions_products():
+    z = _c(4, 5, seed=3) * 2
+    w = _c(5, 3, seed=4)
+    tz, tw = z.to("tpu"), w.to("tpu")
+    for fn in (torch.exp, torch.log, torch.sqrt, torch.sin, torch.cos, torch.tanh, torch.sigmoid, torch.reciprocal,
+               lambda x: x.sum(), lambda x: x.sum(1, keepdim=True), lambda x: x.mean(0)):
+        _close(fn(tz), fn(z), tol=1e-5)
+    # Principal branches on the negative real axis and at zero.
+    edge = torch.tensor([-1 + 0j, 0j, -4 + 0j, complex(-2, -0.0)], dtype=torch.complex64)
+    _close(torch.sqrt(edge.to("tpu")), torch.sqrt(edge))
+    _close(torch.log(edge.to("tpu")), torch.log(edge))
+    for fn in (torch.mm, torch.matmul, lambda a, b: torch.einsum("ij,jk->ik", a, b)):
+        _close(fn(tz, tw), fn(z, w), tol=1e-5)
+    _close(torch.bmm(tz[None], tw[None]), torch.bmm(z[None], w[None]), tol=1e-5)
+    _close(torch.mv(tz, tw[:, 0]), torch.mv(z, w[:, 0]), tol=1e-5)
+    assert torch.equal((tz == tz.conj()).cpu(), z == z.conj())
+
+
+def test_spectral_convolution_trains_like_the_cpu(eager_mode):
+    """A Fourier layer (FNO-style): rfft, a complex weight on the low
+    modes, irfft; gradients for the complex weight and the input."""
+    x = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(6))
+    w = _c(3, 3, 5, seed=7) * 0.3
+
+    def layer(x, w):
+        xf = torch.fft.rfft(x)
+        out = torch.einsum("bim,iom->bom", xf[..., :5], w)
+        full = torch.zeros(x.shape[0], w.shape[1], xf.shape[-1], dtype=xf.dtype, device=x.device)
+        full[..., :5] = out
+        return torch.fft.irfft(full, n=x.shape[-1])
+
+    grads = []
+    for dev in ("cpu", "tpu"):
+        xi = x.detach().to(dev).requires_grad_()
+        wi = w.detach().to(dev).requires_grad_()
+        y = layer(xi, wi)
+        (y * y).sum().backward()
+        grads.append((y.detach().cpu(), xi.grad.cpu(), wi.grad.cpu()))
+    for got, want in zip(grads[1], grads[0]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

@@ -469,6 +469,15 @@ impl Func {
         self.op1("stablehlo.fft", &[x], &attrs, Ty { elem, dims })
     }
 
+    /// Whether the sign bit of each f32 or f64 value is set (so `-0.0` and
+    /// negative NaNs count as negative).
+    pub fn signbit(&mut self, x: V) -> V {
+        let int = if self.ty(x).elem == Elem::F64 { Elem::I64 } else { Elem::I32 };
+        let bits = self.bitcast_convert(x, int);
+        let zero = self.full_like(bits, 0.0);
+        self.compare(Cmp::Lt, bits, zero)
+    }
+
     pub fn bitcast_convert(&mut self, x: V, elem: Elem) -> V {
         let ty = self.ty(x).with_elem(elem);
         self.op1("stablehlo.bitcast_convert", &[x], "", ty)

@@ -76,6 +76,29 @@ pub(super) const TAKES_COMPLEX: &[&str] = &[
     "aten::where.self",
     "aten::gather",
     "aten::index_select",
+    // Sums and means (the reductions with an identity and no order).
+    "aten::sum",
+    "aten::sum.dim_IntList",
+    "aten::mean",
+    "aten::mean.dim",
+    // Products: dot_general multiplies complex numbers as they are.
+    "aten::mm",
+    "aten::bmm",
+    "aten::matmul",
+    "aten::mv",
+    "aten::dot",
+    // StableHLO's complex exp, log, sqrt, sin, cos, tanh and logistic
+    // (principal branches, as PyTorch's).
+    "aten::exp",
+    "aten::log",
+    "aten::sqrt",
+    "aten::sin",
+    "aten::cos",
+    "aten::tanh",
+    "aten::sigmoid",
+    "aten::reciprocal",
+    "aten::eq.Tensor",
+    "aten::ne.Tensor",
 ];
 
 pub fn register(r: &mut Builder) {

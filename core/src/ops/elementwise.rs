@@ -97,7 +97,7 @@ fn register_unary(r: &mut Builder) {
             let c = f.full_like(x, std::f64::consts::LOG2_E);
             f.mul(l, c)
         }),
-        ("sqrt", Float, |f, x| f.unary("stablehlo.sqrt", x)),
+        ("sqrt", Float, sqrt),
         ("rsqrt", Float, |f, x| f.unary("stablehlo.rsqrt", x)),
         ("sin", Float, |f, x| f.unary("stablehlo.sine", x)),
         ("cos", Float, |f, x| f.unary("stablehlo.cosine", x)),
@@ -221,6 +221,22 @@ fn register_unary(r: &mut Builder) {
 }
 
 /// Rounds toward zero.
+/// The principal square root. Of a complex value, by C99's `csqrt`: the
+/// sign of a zero imaginary part picks the half-plane (`sqrt(-4 - 0i)` is
+/// `-2i`), which StableHLO's complex sqrt does not do.
+fn sqrt(f: &mut Func, x: V) -> V {
+    if !f.ty(x).elem.is_complex() {
+        return f.unary("stablehlo.sqrt", x);
+    }
+    let (re, im) = (f.real(x), f.imag(x));
+    let neg = f.signbit(im);
+    let aim = f.unary("stablehlo.abs", im);
+    let upper = f.complex(re, aim);
+    let y = f.unary("stablehlo.sqrt", upper);
+    let yc = super::complex::conj(f, y);
+    f.select(neg, yc, y)
+}
+
 /// `sign` of a real value: -1, 0 or 1 (NaN and -0 give 0, as in PyTorch).
 fn sign(f: &mut Func, x: V) -> V {
     if f.ty(x).elem.is_unsigned() {

@@ -92,11 +92,7 @@ pub fn register(r: &mut Builder) {
 /// `|a|` with the sign bit of `b` (so `-0.0` and negative NaNs count as
 /// negative).
 fn copysign(f: &mut Func, a: V, b: V) -> V {
-    let elem = f.ty(b).elem;
-    let int = if elem == Elem::F64 { Elem::I64 } else { Elem::I32 };
-    let bits = f.bitcast_convert(b, int);
-    let zero = f.full_like(bits, 0.0);
-    let negative = f.compare(Cmp::Lt, bits, zero);
+    let negative = f.signbit(b);
     let mag = f.unary("stablehlo.abs", a);
     let neg = f.neg(mag);
     f.select(negative, neg, mag)

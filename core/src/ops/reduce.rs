@@ -130,7 +130,7 @@ fn require_nonempty(cx: &Cx, name: &str, in_dims: &[i64], dims: &[usize]) -> Res
 /// The result dtype of `sum`/`prod`: `dtype` if given; integers and bool
 /// widen to int64.
 fn sum_dtype(d: DType, dtype: Option<DType>) -> DType {
-    dtype.unwrap_or(if d.is_float() { d } else { DType::I64 })
+    dtype.unwrap_or(if d.is_float() || d.is_complex() { d } else { DType::I64 })
 }
 
 /// `sum`/`prod` over `dims` in the opmath of the result dtype.
@@ -148,7 +148,7 @@ fn accumulate(cx: &mut Cx, x: V, dims: &[usize], keep: bool, dtype: Option<DType
 fn mean(cx: &mut Cx, x: V, dims: &[usize], keep: bool, dtype: Option<DType>) -> Result<V> {
     let d = cx.dtype(x);
     let out = dtype.unwrap_or(d);
-    if !out.is_float() {
+    if !(out.is_float() || out.is_complex()) {
         let which = if dtype.is_some() { "Optional" } else { "Input" };
         bail_op!(
             &*cx.op,

@@ -556,11 +556,8 @@ fn register_classify(r: &mut Builder) {
         let d = cx.dtype(x);
         if d.is_float() {
             // The sign bit itself: -0.0 and negative NaNs count.
-            let (wide, int) = if d == DType::F64 { (Elem::F64, Elem::I64) } else { (Elem::F32, Elem::I32) };
-            let w = cx.f.convert(x, wide);
-            let bits = cx.f.bitcast_convert(w, int);
-            let zero = cx.f.full_like(bits, 0.0);
-            return Ok(vec![cx.f.compare(Cmp::Lt, bits, zero)]);
+            let w = cx.f.convert(x, d.opmath());
+            return Ok(vec![cx.f.signbit(w)]);
         }
         if cx.ty(x).elem.is_unsigned() {
             return Ok(vec![all_bool(cx, x, false)]);
