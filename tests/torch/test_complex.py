@@ -176,3 +176,5 @@ def test_spectral_convolution_trains_like_the_cpu(eager_mode):
         grads.append((y.detach().cpu(), xi.grad.cpu(), wi.grad.cpu()))
     for got, want in zip(grads[1], grads[0]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    compiled = torch.compile(layer, backend="tpu")
+    torch.testing.assert_close(compiled(x.to("tpu"), w.to("tpu")).cpu(), grads[0][0], rtol=1e-4, atol=1e-5)
