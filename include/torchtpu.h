@@ -254,7 +254,7 @@ typedef int32_t ttpu_trace_category;
 // `Tensor` TENSOR or VIEW; `Tensor?` OPTIONAL_TENSOR, VIEW or NONE;
 // `Tensor[]` and `Tensor?[]` TENSOR_LIST or VIEW_LIST; `int`, `SymInt`
 // INT; `float` DOUBLE; `bool` BOOL; `str` STRING; `int[]`, `SymInt[]`,
-// `bool[]` INT_LIST; `Scalar` SCALAR_INT, SCALAR_DOUBLE or SCALAR_BOOL (a
+// `bool[]` INT_LIST; `float[]` DOUBLE_LIST; `Scalar` SCALAR_INT, SCALAR_DOUBLE or SCALAR_BOOL (a
 // runtime argument); `ScalarType` DTYPE; `Generator?` GENERATOR or NONE;
 // any optional (`T?`) NONE. Trailing arguments with defaults may be left
 // out.
@@ -301,6 +301,9 @@ enum ttpu_value_kind
   // `ptr` is a `const ttpu_view_t*` of `len` entries; an entry whose
   // `storage` is NULL is None (for `Tensor?[]` arguments). Since API 1.5.
   TTPU_VALUE_KIND_VIEW_LIST = 15,
+  // `ptr` is a `const double*` of `len` entries, for a `float[]`
+  // argument (`histogram`'s `range`). Since API 1.8.
+  TTPU_VALUE_KIND_DOUBLE_LIST = 16,
 };
 #ifndef __cplusplus
 typedef int32_t ttpu_value_kind;

@@ -18,7 +18,7 @@ use crate::tensor::{dtype_arg, ttpu_tensor_t};
 /// `Tensor` TENSOR or VIEW; `Tensor?` OPTIONAL_TENSOR, VIEW or NONE;
 /// `Tensor[]` and `Tensor?[]` TENSOR_LIST or VIEW_LIST; `int`, `SymInt`
 /// INT; `float` DOUBLE; `bool` BOOL; `str` STRING; `int[]`, `SymInt[]`,
-/// `bool[]` INT_LIST; `Scalar` SCALAR_INT, SCALAR_DOUBLE or SCALAR_BOOL (a
+/// `bool[]` INT_LIST; `float[]` DOUBLE_LIST; `Scalar` SCALAR_INT, SCALAR_DOUBLE or SCALAR_BOOL (a
 /// runtime argument); `ScalarType` DTYPE; `Generator?` GENERATOR or NONE;
 /// any optional (`T?`) NONE. Trailing arguments with defaults may be left
 /// out.
@@ -63,6 +63,9 @@ pub enum ttpu_value_kind {
     /// `ptr` is a `const ttpu_view_t*` of `len` entries; an entry whose
     /// `storage` is NULL is None (for `Tensor?[]` arguments). Since API 1.5.
     ViewList = 15,
+    /// `ptr` is a `const double*` of `len` entries, for a `float[]`
+    /// argument (`histogram`'s `range`). Since API 1.8.
+    DoubleList = 16,
 }
 
 /// A tensor argument given as a storage plus a geometry: the view
@@ -182,6 +185,7 @@ unsafe fn value_of(v: &ttpu_value_t, what: &str) -> Result<Value> {
                 Value::OptTensorList(ts)
             }
         }
+        16 => Value::FloatList(slice_arg(v.ptr as *const f64, v.len, &what)?.to_vec()),
         k => return Err(Error::InvalidArgument(format!("{what}: unknown value kind {k}"))),
     })
 }

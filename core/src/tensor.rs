@@ -203,6 +203,8 @@ pub enum Value {
     Bool(bool),
     Str(String),
     IntList(Vec<i64>),
+    /// `float[]`, e.g. the `range` of `histogram`.
+    FloatList(Vec<f64>),
     Scalar(Scalar),
     DType(DType),
     /// A random generator for a `Generator?` argument (a handle: the call
@@ -223,6 +225,7 @@ impl Value {
             Value::Bool(_) => "bool",
             Value::Str(_) => "str",
             Value::IntList(_) => "int[]",
+            Value::FloatList(_) => "float[]",
             Value::Scalar(_) => "Scalar",
             Value::DType(_) => "ScalarType",
             Value::Generator(_) => "Generator",

@@ -141,6 +141,26 @@ int main(void) {
     CHECK_CODE(ttpu_op_schema(ttpu_op_count() + 100, &decl), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_op_schema(0, NULL), TTPU_CODE_INVALID_ARGUMENT);
 
+    /* A float[] argument (DOUBLE_LIST, API 1.8): histogram's range. Edges
+     * 0, 1, 2; 0 and 0.5 in the first bin, 1, 1.5 and 2 (the right edge)
+     * in the second, 5 outside. */
+    const float hx[6] = {0, 0.5f, 1, 1.5f, 2, 5};
+    const int64_t s6[1] = {6};
+    const double range[2] = {0.0, 2.0};
+    ttpu_tensor_t *th = test_f32(rt, hx, s6, 1);
+    ttpu_value_t hist[3] = {test_tensor_arg(th), int_arg(2), {TTPU_VALUE_KIND_DOUBLE_LIST, 0, 0.0, range, 2}};
+    CHECK_OK(ttpu_op_call(rt, "aten::histogram.bin_ct", hist, 3, out, 2, &n));
+    CHECK(n == 2);
+    const float want_hist[2] = {2, 3}, want_edges[3] = {0, 1, 2};
+    CHECK_F32(rt, (const ttpu_tensor_t *)out[0].ptr, want_hist, 2);
+    CHECK_F32(rt, (const ttpu_tensor_t *)out[1].ptr, want_edges, 3);
+    ttpu_tensor_destroy((ttpu_tensor_t *)out[0].ptr);
+    ttpu_tensor_destroy((ttpu_tensor_t *)out[1].ptr);
+    /* NULL data with a nonzero length is refused. */
+    hist[2].ptr = NULL;
+    CHECK_CODE(ttpu_op_call(rt, "aten::histogram.bin_ct", hist, 3, out, 2, &n), TTPU_CODE_INVALID_ARGUMENT);
+    ttpu_tensor_destroy(th);
+
     /* Still usable after all the errors. */
     CHECK_OK(ttpu_runtime_synchronize(rt));
 

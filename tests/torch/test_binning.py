@@ -2,7 +2,9 @@
 left and right sides, NaN values and NaN boundaries (PyTorch's binary
 search treats them in its own way, which the unrolled search reproduces),
 per-row boundaries, a sorter, scalars, int32 output; histc's given and
-data-derived ranges, out-of-range elements and NaN."""
+data-derived ranges, out-of-range elements and NaN; histogram and
+histogramdd with bin counts (given and data ranges), bin edges, weights,
+density, values on the edges, and their errors."""
 
 from __future__ import annotations
 
@@ -69,3 +71,51 @@ def test_trace_and_vdot():
     _same(torch.trace(_t(k)), torch.trace(k))
     r = torch.randn(20, generator=torch.Generator().manual_seed(2))
     _same(torch.vdot(_t(r[:10]), _t(r[10:])), torch.vdot(r[:10], r[10:]))
+
+
+def _same_hist(got, want):
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-6, atol=1e-6)
+    for a, b in zip(got[1] if isinstance(got[1], (list, tuple)) else [got[1]],
+                    want[1] if isinstance(want[1], (list, tuple)) else [want[1]]):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histogram(dtype):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(200, generator=g, dtype=dtype)
+    w = torch.rand(200, generator=g, dtype=dtype)
+    for kw in (dict(bins=10), dict(bins=7, range=(-1.0, 1.0)), dict(bins=5, density=True),
+               dict(bins=4, weight=w), dict(bins=3, weight=w, density=True, range=(0.0, 3.0))):
+        tkw = {k: _t(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        _same_hist(torch.histogram(_t(x), **tkw), torch.histogram(x, **kw))
+    edges = torch.tensor([-2.0, -0.5, 0.0, 0.3, 2.0], dtype=dtype)
+    _same_hist(torch.histogram(_t(x), _t(edges)), torch.histogram(x, edges))
+    # Values on the edges: the right edge of the last bin is inside; out of
+    # range and NaN are dropped; a single value gets the range v +- 0.5.
+    on = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, -1.0, 5.0, NAN], dtype=dtype)
+    _same_hist(torch.histogram(_t(on), bins=4, range=(0.0, 4.0)), torch.histogram(on, bins=4, range=(0.0, 4.0)))
+    one = torch.full((5,), 2.0, dtype=dtype)
+    _same_hist(torch.histogram(_t(one), bins=4), torch.histogram(one, bins=4))
+
+
+def test_histogramdd():
+    g = torch.Generator().manual_seed(5)
+    y = torch.randn(60, 3, generator=g)
+    w = torch.rand(60, generator=g)
+    for kw in (dict(bins=[3, 4, 2]), dict(bins=3, density=True), dict(bins=[2, 2, 2], weight=w),
+               dict(bins=[2, 3, 2], range=[-1.0, 1.0, -2.0, 2.0, 0.0, 1.0])):
+        tkw = {k: _t(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+        _same_hist(torch.histogramdd(_t(y), **tkw), torch.histogramdd(y, **kw))
+    edges = [torch.tensor([-1.0, 0, 1]), torch.tensor([-3.0, 3]), torch.tensor([0.0, 0.5, 1, 2])]
+    _same_hist(torch.histogramdd(_t(y), bins=[_t(e) for e in edges]), torch.histogramdd(y, bins=edges))
+
+
+def test_histogram_errors():
+    x = torch.randn(10, device="tpu")
+    with pytest.raises(RuntimeError, match="bins must be > 0"):
+        torch.histogram(x, bins=0)
+    with pytest.raises(RuntimeError, match="min should not exceed max"):
+        torch.histogram(x, bins=3, range=(1.0, 0.0))
+    with pytest.raises(RuntimeError, match="not finite"):
+        torch.histogram(torch.tensor([1.0, float("inf")], device="tpu"), bins=3)[0].cpu()

@@ -106,6 +106,7 @@ struct Call {
   std::deque<ttpu_view_t> views;
   std::deque<std::vector<ttpu_view_t>> view_lists;
   std::deque<std::vector<int64_t>> int_lists;
+  std::deque<std::vector<double>> double_lists;
   std::deque<std::string> strings;
   std::vector<ttpu_value_t> values;
   c10::DeviceIndex device = -1;
@@ -175,7 +176,8 @@ struct Call {
       return ints(std::move(out));
     }
     if (v.isDoubleList()) {
-      TORCH_CHECK_NOT_IMPLEMENTED(false, name(), ": argument '", a.name(), "' (a float list) is not supported on TPU");
+      const std::vector<double>& kept = double_lists.emplace_back(v.toDoubleVector());
+      return value(TTPU_VALUE_KIND_DOUBLE_LIST, 0, 0.0, kept.data(), kept.size());
     }
     if (v.isList()) {  // Tensor?[]: a None entry is a view of no storage
       std::vector<ttpu_view_t>& vs = view_lists.emplace_back();

@@ -626,6 +626,10 @@ def _to_value(a: Any, v, keep: list) -> None:
         arr = ffi.new("ttpu_tensor_t*[]", [x.handle if x is not None else ffi.NULL for x in a])
         keep.append(arr)
         v.kind, v.ptr, v.len = K.TTPU_VALUE_KIND_TENSOR_LIST, arr, len(a)
+    elif isinstance(a, (list, tuple)) and any(isinstance(x, (float, np.floating)) for x in a):
+        arr = ffi.new("double[]", [float(x) for x in a])
+        keep.append(arr)
+        v.kind, v.ptr, v.len = K.TTPU_VALUE_KIND_DOUBLE_LIST, arr, len(a)
     elif isinstance(a, (list, tuple)):
         arr = ffi.new("int64_t[]", [int(x) for x in a] or [0])
         keep.append(arr)

@@ -80,7 +80,7 @@ pub(super) fn bucketize(cx: &mut Cx, x: Ew, boundaries: V, out_int32: bool, righ
 
 /// For each value, the insertion point among the sorted boundaries of its
 /// row (`seq` 1-D for all values, or with the values' leading dims).
-fn search(cx: &mut Cx, seq: V, values: Ew, right: bool, out_int32: bool, sorter: Option<V>) -> Result<V> {
+pub(super) fn search(cx: &mut Cx, seq: V, values: Ew, right: bool, out_int32: bool, sorter: Option<V>) -> Result<V> {
     let sd = cx.dims(seq);
     let vd = match values {
         Ew::T(v) => cx.dims(v),

@@ -12,7 +12,7 @@
 use crate::bail_op;
 use crate::dtype::{DType, ScalarKind};
 use crate::error::{Error, Result};
-use crate::hlo::{Cmp, Elem, Ty, V};
+use crate::hlo::{Cmp, Elem, Func, Ty, V};
 use crate::shape;
 use crate::tensor::{Scalar, Value};
 
@@ -614,24 +614,31 @@ fn spaced(cx: &mut Cx, a: &Args, steps: i64, d: DType, c: DType) -> Result<V> {
     }
     let start = cx.scalar(a.scalar(0)?, d);
     let start = cx.f.convert(start, c);
-    let t = Ty::new(c, &[steps]);
     if steps <= 1 {
         return Ok(cx.f.broadcast_to(start, &[steps]));
     }
     let end = cx.scalar(a.scalar(1)?, d);
     let end = cx.f.convert(end, c);
-    let (start, end) = (cx.f.broadcast_to(start, &[steps]), cx.f.broadcast_to(end, &[steps]));
-    let span = cx.f.sub(end, start);
-    let den = cx.f.splat(&t, (steps - 1) as f64);
-    let step = cx.f.div(span, den);
-    let i = cx.f.iota(&t, 0);
-    let fwd = cx.f.mul(step, i);
-    let fwd = cx.f.add(start, fwd);
-    let last = cx.f.splat(&t, (steps - 1) as f64);
-    let back_i = cx.f.sub(last, i);
-    let back = cx.f.mul(step, back_i);
-    let back = cx.f.sub(end, back);
-    let half = cx.f.splat(&t, (steps / 2) as f64);
-    let first_half = cx.f.compare(Cmp::Lt, i, half);
-    Ok(cx.f.select(first_half, fwd, back))
+    Ok(linspace(&mut cx.f, start, end, steps))
+}
+
+/// `steps >= 2` values from `start` to `end` (rank-0, of the result's
+/// type) as PyTorch's CPU kernel spaces them: `start + i step` for the first
+/// half, `end - (steps - 1 - i) step` for the rest, so both ends are exact.
+pub(super) fn linspace(f: &mut Func, start: V, end: V, steps: i64) -> V {
+    let t = f.ty(start).with_dims(&[steps]);
+    let (start, end) = (f.broadcast_to(start, &[steps]), f.broadcast_to(end, &[steps]));
+    let span = f.sub(end, start);
+    let den = f.splat(&t, (steps - 1) as f64);
+    let step = f.div(span, den);
+    let i = f.iota(&t, 0);
+    let fwd = f.mul(step, i);
+    let fwd = f.add(start, fwd);
+    let last = f.splat(&t, (steps - 1) as f64);
+    let back_i = f.sub(last, i);
+    let back = f.mul(step, back_i);
+    let back = f.sub(end, back);
+    let half = f.splat(&t, (steps / 2) as f64);
+    let first_half = f.compare(Cmp::Lt, i, half);
+    f.select(first_half, fwd, back)
 }

@@ -22,6 +22,7 @@ mod creation;
 mod distance;
 mod elementwise;
 mod gamma;
+mod histogram;
 mod ieee;
 mod index;
 mod linalg;
@@ -69,6 +70,7 @@ pub enum Input {
     Bool(bool),
     Str(String),
     Ints(Vec<i64>),
+    Floats(Vec<f64>),
     /// A Python scalar passed at run time.
     Scalar(ScalarRef),
     /// A Python scalar the op needs at compile time (e.g. `arange` bounds).
@@ -436,6 +438,12 @@ impl<'a> Args<'a> {
             _ => None,
         }
     }
+    pub fn opt_floats(&self, i: usize) -> Option<&[f64]> {
+        match self.get(i) {
+            Input::Floats(v) => Some(v),
+            _ => None,
+        }
+    }
     /// A runtime `float` (or `Scalar`) argument as a rank-0 f64 program
     /// parameter; a compile-time `float` becomes a constant.
     pub fn runtime_f64(&self, cx: &mut Cx, i: usize) -> Result<V> {
@@ -790,6 +798,7 @@ impl Registry {
         index::register(&mut b);
         sort::register(&mut b);
         bucket::register(&mut b);
+        histogram::register(&mut b);
         nn::register(&mut b);
         optim::register(&mut b);
         amp::register(&mut b);

@@ -293,7 +293,8 @@ impl Schema {
             (ArgType::Float, Value::Double(x)) => Value::Double(x),
             (ArgType::Float, Value::Int(x)) => Value::Double(x as f64),
             (ArgType::Float, Value::Scalar(s)) if s.kind() != crate::dtype::ScalarKind::Bool => Value::Double(s.to_f64()),
-            (ArgType::FloatList, v @ Value::IntList(_)) => v,
+            (ArgType::FloatList, v @ Value::FloatList(_)) => v,
+            (ArgType::FloatList, Value::IntList(xs)) => Value::FloatList(xs.into_iter().map(|x| x as f64).collect()),
             (ArgType::Bool, Value::Bool(b)) => Value::Bool(b),
             (ArgType::BoolList(n), Value::IntList(xs)) if xs.iter().all(|&x| x == 0 || x == 1) && (*n == 0 || xs.len() == *n) => {
                 Value::IntList(xs)

@@ -430,6 +430,7 @@ fn lowering_inputs(def: &OpDef, args: &[Arg], first_of_arg: &[usize], reads: &[V
                     Value::Bool(x) => Input::Bool(*x),
                     Value::Str(s) => Input::Str(s.clone()),
                     Value::IntList(xs) => Input::Ints(xs.clone()),
+                    Value::FloatList(xs) => Input::Floats(xs.clone()),
                     Value::DType(d) => Input::DType(*d),
                     Value::Scalar(s) if def.static_scalars => Input::StaticScalar(*s),
                     Value::Scalar(s) => Input::Scalar(ScalarRef { index: i, kind: s.kind() }),

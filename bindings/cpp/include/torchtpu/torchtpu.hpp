@@ -906,6 +906,8 @@ class Arg {
   Arg(std::string s) : kind_(TTPU_VALUE_KIND_STRING), str_(std::move(s)) {}  // NOLINT
   Arg(std::string_view s) : kind_(TTPU_VALUE_KIND_STRING), str_(s) {}  // NOLINT
   Arg(std::vector<int64_t> ints) : kind_(TTPU_VALUE_KIND_INT_LIST), ints_(std::move(ints)) {}  // NOLINT
+  /// A `float[]` argument (API 1.8).
+  Arg(std::vector<double> doubles) : kind_(TTPU_VALUE_KIND_DOUBLE_LIST), doubles_(std::move(doubles)) {}  // NOLINT
   Arg(const Scalar& s) noexcept : scalar_(s.value()) {}  // NOLINT
   Arg(DType d) noexcept : kind_(TTPU_VALUE_KIND_DTYPE), i_(static_cast<int64_t>(d)) {}  // NOLINT
   Arg(const Generator& g) : kind_(TTPU_VALUE_KIND_GENERATOR), ptr_(g.capi()) {  // NOLINT
@@ -941,6 +943,10 @@ class Arg {
         v.ptr = ints_.data();
         v.len = ints_.size();
         break;
+      case TTPU_VALUE_KIND_DOUBLE_LIST:
+        v.ptr = doubles_.data();
+        v.len = doubles_.size();
+        break;
       default:
         break;
     }
@@ -954,6 +960,7 @@ class Arg {
   const void* ptr_ = nullptr;
   std::string str_;
   std::vector<int64_t> ints_;
+  std::vector<double> doubles_;
   std::vector<const ttpu_tensor_t*> tensors_;
   std::optional<ttpu_value_t> scalar_;
 };
