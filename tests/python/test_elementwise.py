@@ -331,3 +331,24 @@ def test_offset_change_does_not_recompile(rt):
     assert rt.stats()["compiles"] == before
     for off, o in enumerate(outs):
         check(o, torch.arange(off + 1, off + 5, dtype=torch.float32) * 2)
+
+
+@pytest.mark.parametrize("db", [torch.complex64, torch.complex128, torch.float64, torch.float16, torch.int32,
+                                torch.bool])
+@pytest.mark.parametrize("op", ["add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"])
+def test_complex_arithmetic_and_promotion(rt, db, op):
+    """complex64 with every category: the result is complex, complex128
+    when either side has 64-bit parts (torch.result_type)."""
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(3, 4, dtype=torch.complex64, generator=g)
+    b = _make(db, (4,)) if not db.is_complex else torch.randn(4, dtype=db, generator=g)
+    if op == "div.Tensor" and not db.is_complex:
+        b = torch.ones_like(b) if db == torch.bool else torch.where(b == 0, torch.ones_like(b), b)
+    fn = {"add.Tensor": torch.add, "sub.Tensor": torch.sub, "mul.Tensor": torch.mul, "div.Tensor": torch.div}[op]
+    if op == "sub.Tensor" and db == torch.bool:
+        with pytest.raises(torchtpu.InvalidArgumentError, match="with a bool tensor is not supported"):
+            call(rt, f"aten::{op}", a, b)
+        return
+    want = fn(a, b)
+    check(call(rt, f"aten::{op}", a, b), want, atol=1e-5, rtol=1e-5)
+    check(call(rt, "aten::mul.Scalar", a, 2.5), a * 2.5, atol=1e-6, rtol=1e-6)

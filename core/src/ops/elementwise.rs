@@ -306,11 +306,22 @@ fn add_sub(r: &mut Builder, name: &'static str, sub: bool) {
                 let (x, y) = (Ew::arg(a, 0)?, Ew::arg(a, 1)?);
                 let alpha = a.scalar(2)?;
                 let d = result_dtype(cx, &[x, y]);
-                if d == DType::Bool && sub {
+                let is_bool = |e: Ew| match e {
+                    Ew::T(v) => cx.dtype(v) == DType::Bool,
+                    Ew::S(s) => s.kind == crate::dtype::ScalarKind::Bool,
+                };
+                if sub && is_bool(x) && is_bool(y) {
                     bail_op!(
                         &*cx.op,
                         "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or \
                          `logical_xor()` operator instead."
+                    );
+                }
+                if sub && (is_bool(x) || is_bool(y)) {
+                    bail_op!(
+                        &*cx.op,
+                        "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to \
+                         invert a mask, use the `~` or `logical_not()` operator instead."
                     );
                 }
                 if !(d.is_float() || d.is_complex()) && alpha.kind == crate::dtype::ScalarKind::Float {
