@@ -148,3 +148,38 @@ def test_unfold_backward_adds_overlapping_windows(dim, size, step):
     xt = x.to("tpu").requires_grad_()
     xt.unfold(dim, size, step).mul(g.to("tpu")).sum().backward()
     torch.testing.assert_close(xt.grad.cpu(), want)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+def test_segment_reduce(reduce):
+    """torch._segment_reduce forward and backward against the CPU: empty
+    segments with and without `initial`, lengths per row (axis 1), offsets,
+    lengths that cover only part of the axis (unsafe), and zeros, NaN and
+    ties, which the prod and max/min gradients treat specially."""
+    g = torch.Generator().manual_seed(11)
+    data = torch.randn(7, 3, generator=g)
+    data[1, 0] = 0.0
+    data[4, 1] = float("nan")
+    data[5, 2] = data[6, 2]  # a tie in the last segment
+    cases = [
+        dict(lengths=torch.tensor([2, 0, 3, 2])),
+        dict(lengths=torch.tensor([2, 0, 3, 2]), initial=2.0),
+        dict(offsets=torch.tensor([0, 2, 2, 5, 7])),
+        dict(lengths=torch.tensor([1, 3, 0]), unsafe=True),
+    ]
+    for kw in cases:
+        a = data.clone().requires_grad_()
+        want = torch._segment_reduce(a, reduce, **kw)
+        t = data.to("tpu").requires_grad_()
+        got = torch._segment_reduce(t, reduce, **{k: v.to("tpu") if isinstance(v, torch.Tensor) else v
+                                                   for k, v in kw.items()})
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), equal_nan=True)
+        cot = torch.randn(want.shape, generator=g)
+        want.backward(cot)
+        got.backward(cot.to("tpu"))
+        torch.testing.assert_close(t.grad.cpu(), a.grad, equal_nan=True)
+    # Lengths per row: segments along axis 1 of a [3, 6] tensor.
+    x = torch.randn(3, 6, generator=g)
+    lengths = torch.tensor([[2, 4], [6, 0], [1, 5]])
+    torch.testing.assert_close(torch._segment_reduce(x.to("tpu"), reduce, lengths=lengths.to("tpu"), axis=1).cpu(),
+                               torch._segment_reduce(x, reduce, lengths=lengths, axis=1), equal_nan=True)

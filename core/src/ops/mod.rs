@@ -33,6 +33,7 @@ mod random;
 mod reduce;
 mod scan;
 pub mod schema;
+mod segment;
 mod shape_ops;
 mod sort;
 mod spatial;
@@ -798,6 +799,7 @@ impl Registry {
         index::register(&mut b);
         sort::register(&mut b);
         bucket::register(&mut b);
+        segment::register(&mut b);
         histogram::register(&mut b);
         nn::register(&mut b);
         optim::register(&mut b);
