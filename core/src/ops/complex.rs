@@ -314,15 +314,23 @@ fn check_sizes(cx: &Cx, dims: &[i64], which: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// The arguments every FFT primitive starts with: the input (complex or
+/// real), its dims, the transformed dims (checked non-empty) and the
+/// normalization.
+fn fft_args(cx: &Cx, a: &Args, complex: bool) -> Result<(V, Vec<i64>, Vec<usize>, Norm)> {
+    let x = fft_input(cx, a.tensor(0)?, complex)?;
+    let dims = cx.dims(x);
+    let which = fft_dims(cx, a.ints(1)?, dims.len())?;
+    check_sizes(cx, &dims, &which)?;
+    let norm = Norm::parse(cx, a.int(2)?)?;
+    Ok((x, dims, which, norm))
+}
+
 fn register_fft(r: &mut Builder) {
     // Real to complex: the half spectrum along the last dim given (or the
     // whole one, `onesided=False`), then complex transforms along the rest.
     r.op("aten::_fft_r2c(Tensor self, int[] dim, int normalization, bool onesided) -> Tensor", |cx, a| {
-        let x = fft_input(cx, a.tensor(0)?, false)?;
-        let dims = cx.dims(x);
-        let which = fft_dims(cx, a.ints(1)?, dims.len())?;
-        check_sizes(cx, &dims, &which)?;
-        let norm = Norm::parse(cx, a.int(2)?)?;
+        let (x, dims, which, norm) = fft_args(cx, a, false)?;
         let n: i64 = which.iter().map(|&d| dims[d]).product();
         let (&last, rest) = which.split_last().expect("at least one dim");
         let mut y = if a.bool(3)? {
@@ -340,11 +348,7 @@ fn register_fft(r: &mut Builder) {
     // Complex to complex, forward or inverse. XLA's inverse divides by the
     // size; ATen's divides only as `normalization` says.
     r.op("aten::_fft_c2c(Tensor self, SymInt[] dim, int normalization, bool forward) -> Tensor", |cx, a| {
-        let x = fft_input(cx, a.tensor(0)?, true)?;
-        let dims = cx.dims(x);
-        let which = fft_dims(cx, a.ints(1)?, dims.len())?;
-        check_sizes(cx, &dims, &which)?;
-        let norm = Norm::parse(cx, a.int(2)?)?;
+        let (x, dims, which, norm) = fft_args(cx, a, true)?;
         let forward = a.bool(3)?;
         let n: i64 = which.iter().map(|&d| dims[d]).product();
         let mut y = x;
@@ -358,15 +362,11 @@ fn register_fft(r: &mut Builder) {
     // Complex (a half spectrum along the last dim given) to real: inverse
     // complex transforms along the other dims, then the inverse real one.
     r.op("aten::_fft_c2r(Tensor self, int[] dim, int normalization, SymInt last_dim_size) -> Tensor", |cx, a| {
-        let x = fft_input(cx, a.tensor(0)?, true)?;
-        let dims = cx.dims(x);
-        let which = fft_dims(cx, a.ints(1)?, dims.len())?;
-        let norm = Norm::parse(cx, a.int(2)?)?;
+        let (x, dims, which, norm) = fft_args(cx, a, true)?;
         let out_len = a.int(3)?;
         if out_len < 1 {
             return Err(cx.err(format!("Invalid number of data points ({out_len}) specified")));
         }
-        check_sizes(cx, &dims, &which)?;
         let (&last, rest) = which.split_last().expect("at least one dim");
         // The half spectrum IRFFT reads: the first out_len / 2 + 1 entries,
         // zero-padded when the input has fewer (as pocketfft reads them).

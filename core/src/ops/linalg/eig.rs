@@ -178,33 +178,31 @@ fn givens(f: &mut Func, x: V, y: V) -> (V, V) {
 /// Rows `k` and `k + 1` of `x` rotated by `[[c, s], [-s̄, c]]` (`c`, `s`
 /// `[b]`).
 fn rotate_rows(f: &mut Func, x: V, k: V, c: V, s: V, b: i64, n: i64) -> V {
-    let one = i64_scalar(f, 1);
-    let k1 = f.add(k, one);
-    let (r0, r1) = (line(f, x, k, 1, b, n), line(f, x, k1, 1, b, n));
-    let (c, s) = (f.broadcast_in_dim(c, &[0], &[b, n]), f.broadcast_in_dim(s, &[0], &[b, n]));
     let sc = super::super::complex::conj(f, s);
-    let (a0, a1) = (f.mul(c, r0), f.mul(s, r1));
-    let new0 = f.add(a0, a1);
-    let (b0, b1) = (f.mul(sc, r0), f.mul(c, r1));
-    let new1 = f.sub(b1, b0);
-    let x = put_line(f, x, k, 1, new0, b, n);
-    put_line(f, x, k1, 1, new1, b, n)
+    rotate(f, x, k, 1, c, s, sc, b, n)
 }
 
 /// Columns `k` and `k + 1` of `x` times the adjoint rotation
 /// `[[c, -s], [s̄, c]]`.
 fn rotate_columns(f: &mut Func, x: V, k: V, c: V, s: V, b: i64, n: i64) -> V {
+    let sc = super::super::complex::conj(f, s);
+    rotate(f, x, k, 2, c, sc, s, b, n)
+}
+
+/// Lines (rows for `axis` 1, columns for 2) `k` and `k + 1` of `x`
+/// replaced by `c l0 + p l1` and `c l1 - q l0`.
+#[allow(clippy::too_many_arguments)]
+fn rotate(f: &mut Func, x: V, k: V, axis: usize, c: V, p: V, q: V, b: i64, n: i64) -> V {
     let one = i64_scalar(f, 1);
     let k1 = f.add(k, one);
-    let (c0, c1) = (line(f, x, k, 2, b, n), line(f, x, k1, 2, b, n));
-    let (c, s) = (f.broadcast_in_dim(c, &[0], &[b, n]), f.broadcast_in_dim(s, &[0], &[b, n]));
-    let sc = super::super::complex::conj(f, s);
-    let (a0, a1) = (f.mul(c, c0), f.mul(sc, c1));
+    let (l0, l1) = (line(f, x, k, axis, b, n), line(f, x, k1, axis, b, n));
+    let [c, p, q] = [c, p, q].map(|v| f.broadcast_in_dim(v, &[0], &[b, n]));
+    let (a0, a1) = (f.mul(c, l0), f.mul(p, l1));
     let new0 = f.add(a0, a1);
-    let (b0, b1) = (f.mul(s, c0), f.mul(c, c1));
+    let (b0, b1) = (f.mul(q, l0), f.mul(c, l1));
     let new1 = f.sub(b1, b0);
-    let x = put_line(f, x, k, 2, new0, b, n);
-    put_line(f, x, k1, 2, new1, b, n)
+    let x = put_line(f, x, k, axis, new0, b, n);
+    put_line(f, x, k1, axis, new1, b, n)
 }
 
 /// `H = Qᴴ A Q` upper Hessenberg: entry `(i, j)`, `i > j + 1`, zeroed by a
