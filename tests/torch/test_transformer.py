@@ -106,9 +106,10 @@ def test_encoder_with_causal_mask_matches_cpu(mode):
     torch.testing.assert_close(out.cpu(), ref, **TOL)
 
 
-def test_encoder_training_matches_cpu():
+@pytest.mark.parametrize("mode", MODES)
+def test_encoder_training_matches_cpu(mode):
     """With autograd the modules take their composite path; gradients of
-    the input and every parameter match the CPU's."""
+    the input and every parameter match the CPU's, in every mode."""
     enc = _encoder().train()
     x, pad = _inputs()
     xc = x.clone().requires_grad_()
@@ -116,7 +117,8 @@ def test_encoder_training_matches_cpu():
     tpu = copy.deepcopy(enc).to("tpu")
     tpu.zero_grad()
     xt = x.to("tpu").requires_grad_()
-    tpu(xt, src_key_padding_mask=pad.to("tpu")).sum().backward()
+    with torch.tpu.set_eager_mode(mode):
+        tpu(xt, src_key_padding_mask=pad.to("tpu")).sum().backward()
     torch.testing.assert_close(xt.grad.cpu(), xc.grad, **TOL)
     for (name, p), q in zip(enc.named_parameters(), tpu.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, **TOL, msg=lambda m: f"{name}: {m}")
