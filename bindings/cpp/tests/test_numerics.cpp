@@ -125,5 +125,23 @@ int main() {
     check::near(scalar.to_host<float>(), {42}, 0, "0-d value");
   });
 
+  check::run("complex tensors and a float list argument", [&] {
+    using c64 = std::complex<float>;
+    torchtpu::Tensor z = rt.from_host(std::vector<c64>{{1, 2}, {3, -1}}, {2});
+    check::ok(z.dtype() == torchtpu::DType::Complex64, "complex64 dtype");
+    // (1+2i)^2 = -3+4i, (3-i)^2 = 8-6i
+    const std::vector<c64> sq = (z * z).to_host<c64>();
+    check::ok(sq.size() == 2 && sq[0] == c64(-3, 4) && sq[1] == c64(8, -6), "z * z");
+    // histogram(bins=2, range=[0, 2]) of {0, 0.5, 1, 2, 5}: {2, 2}
+    torchtpu::Tensor x = rt.from_host(std::vector<float>{0, 0.5f, 1, 2, 5}, {5});
+    std::vector<torchtpu::Arg> args;
+    args.emplace_back(x);
+    args.emplace_back(2);
+    args.emplace_back(std::vector<double>{0.0, 2.0});
+    std::vector<torchtpu::Tensor> h = torchtpu::call(rt, "aten::histogram.bin_ct", args);
+    check::near(h[0].to_host<float>(), {2, 2}, 0, "histogram counts");
+    check::near(h[1].to_host<float>(), {0, 1, 2}, 0, "histogram edges");
+  });
+
   return check::finish();
 }

@@ -26,6 +26,7 @@
 
 #include <array>
 #include <chrono>
+#include <complex>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -194,6 +195,9 @@ template <> struct dtype_of<int16_t> { static constexpr DType value = DType::Int
 template <> struct dtype_of<int8_t> { static constexpr DType value = DType::Int8; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::UInt8; };
 template <> struct dtype_of<Bool> { static constexpr DType value = DType::Bool; };
+/// PyTorch's interleaved layout is `std::complex`'s (API 1.8).
+template <> struct dtype_of<std::complex<float>> { static constexpr DType value = DType::Complex64; };
+template <> struct dtype_of<std::complex<double>> { static constexpr DType value = DType::Complex128; };
 
 // ------------------------------------------------------------------ modes
 
