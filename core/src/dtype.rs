@@ -115,18 +115,6 @@ impl DType {
         }
     }
 
-    /// The complex dtype whose parts are this float dtype (`torch.complex`'s
-    /// result), if there is one: float16 and bfloat16 have none here
-    /// (PyTorch's complex32 has no StableHLO counterpart).
-    pub fn to_complex(self) -> Option<DType> {
-        match self {
-            DType::F32 => Some(DType::C64),
-            DType::F64 => Some(DType::C128),
-            DType::C64 | DType::C128 => Some(self),
-            _ => None,
-        }
-    }
-
     /// Integral, not counting bool (PyTorch's `isIntegralType(t, false)`).
     pub fn is_int(self) -> bool {
         matches!(self, DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64)
@@ -321,6 +309,12 @@ mod tests {
             (F32, F64, F64),
             (U8, F32, F32),
             (I16, U8, I16),
+            (C64, F64, C128),
+            (C64, F32, C64),
+            (C64, F16, C64),
+            (C64, I64, C64),
+            (Bool, C64, C64),
+            (C64, C128, C128),
         ];
         for (a, b, want) in cases {
             assert_eq!(promote_types(a, b), want, "{a} + {b}");
@@ -349,6 +343,11 @@ mod tests {
         assert_eq!(result_type(&[Dim(U8), Dim(I8)]), I16);
         // bool + bool scalar
         assert_eq!(result_type(&[Dim(Bool), Scalar(ScalarKind::Bool)]), Bool);
+        // float tensor * 1j -> complex64; float64 tensor * 1j -> complex128
+        assert_eq!(result_type(&[Dim(F32), Scalar(ScalarKind::Complex)]), C64);
+        assert_eq!(result_type(&[Dim(F64), Scalar(ScalarKind::Complex)]), C128);
+        // complex64 tensor + 0-dim float64 -> complex64 (same category wins)
+        assert_eq!(result_type(&[Dim(C64), ZeroDim(F64)]), C64);
     }
 
     #[test]
@@ -356,6 +355,7 @@ mod tests {
         assert!(can_cast(I64, F32));
         assert!(!can_cast(F32, I64));
         assert!(!can_cast(I64, Bool));
+        assert!(can_cast(F32, C64) && !can_cast(C64, F64));
         assert!(can_cast(Bool, I64));
     }
 
