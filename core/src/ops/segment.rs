@@ -159,7 +159,7 @@ impl Segments {
         let (starts, ends) = if is_offsets {
             (cx.f.slice(g, &[0, 0], &[rows, count], &[1, 1]), cx.f.slice(g, &[0, 1], &[rows, count + 1], &[1, 1]))
         } else {
-            let ends = cumsum_rows(&mut cx.f, g, count);
+            let ends = super::reduce::scan(cx, g, 1, Reducer::Add);
             (cx.f.sub(ends, g), ends)
         };
         let lens = cx.f.sub(ends, starts);
@@ -229,17 +229,6 @@ impl Segments {
         let spare = f.splat(&Ty::new(self.elem, &[self.rows, 1, self.inner]), fill);
         f.concatenate(&[x, spare], 1)
     }
-}
-
-/// Inclusive prefix sums along the last dim of `x` `[rows, n]` (i64), as a
-/// product with an upper triangular matrix of ones.
-fn cumsum_rows(f: &mut Func, x: V, n: i64) -> V {
-    let t = Ty::new(Elem::I64, &[n, n]);
-    let (i, j) = (f.iota(&t, 0), f.iota(&t, 1));
-    let upper = f.compare(Cmp::Le, i, j);
-    let (one, zero) = (f.splat_int(&t, 1), f.splat_int(&t, 0));
-    let tri = f.select(upper, one, zero);
-    f.dot_general(x, tri, &[], &[], &[1], &[0], Elem::I64)
 }
 
 /// `x[r, idx[r, p]]` for `x` `[rows, m]` and `idx` `[rows, n]`.

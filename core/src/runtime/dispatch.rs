@@ -103,10 +103,7 @@ impl Runtime {
                     if !t.dtype().is_int() || t.rank() > 1 {
                         return Err(Error::op(op, format!("lengths must be a 1-D integral tensor, got {} {}", t.dtype(), shape::fmt(t.sizes()))));
                     }
-                    let t = self.call1("aten::_to_copy", &[t.into(), Value::DType(DType::I64)])?;
-                    let bytes = self.tensor_to_host(&t)?;
-                    let vals = bytes.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect();
-                    args[i] = Value::IntList(vals);
+                    args[i] = Value::IntList(self.host_i64s(t)?);
                 }
                 self.call(target, &args)
             }
@@ -255,8 +252,7 @@ impl Runtime {
         let first = self.call1("aten::ones", &[long(vec![1]), Value::DType(DType::Bool)])?;
         let start = self.call1("aten::cat", &[Value::TensorList(vec![first, differs]), Value::Int(0)])?;
         let runs = self.call1("aten::sum", &[(&start).into(), Value::DType(DType::I64)])?;
-        let bytes = self.tensor_to_host(&runs)?;
-        let k = i64::from_ne_bytes(bytes[..8].try_into().expect("an int64 scalar is 8 bytes"));
+        let k = self.host_i64s(&runs)?[0];
         let starts = self.call1("aten::nonzero_static", &[(&start).into(), Value::Int(k), Value::Int(-1)])?;
         let starts = self.call1("aten::reshape", &[starts.into(), long(vec![k])])?;
         let uniques = self.call1("aten::index_select", &[(&values).into(), Value::Int(0), (&starts).into()])?;
@@ -320,10 +316,10 @@ impl Runtime {
             let r = self.call("aten::aminmax", &[x.into(), Value::None, Value::Bool(false)])?;
             let r: Vec<Tensor> = r.into_iter().filter_map(|v| v.as_tensor().cloned()).collect();
             let both = self.call1("aten::stack", &[Value::TensorList(r), Value::Int(0)])?;
-            let both = self.call1("aten::_to_copy", &[both.into(), Value::DType(DType::I64)])?;
-            let bytes = self.tensor_to_host(&both)?;
-            let lo = i64::from_ne_bytes(bytes[..8].try_into().expect("two int64 values"));
-            let hi = i64::from_ne_bytes(bytes[8..16].try_into().expect("two int64 values"));
+            let (lo, hi) = match self.host_i64s(&both)?[..] {
+                [lo, hi] => (lo, hi),
+                _ => return Err(Error::Internal(format!("{op}: aminmax gave other than two values"))),
+            };
             if lo < 0 {
                 return Err(Error::op(op, format!("bincount only supports 1-d non-negative integral inputs (minimum {lo})")));
             }
@@ -445,11 +441,18 @@ impl Runtime {
         Ok(vec![solution.into(), residuals.into(), rank.into(), singular.into()])
     }
 
+    /// An integral tensor's values, read on the host as int64 (a sync): the
+    /// data-dependent sizes and lengths the composites need.
+    fn host_i64s(self: &Arc<Self>, t: &Tensor) -> Result<Vec<i64>> {
+        let t = if t.dtype() == DType::I64 { t.clone() } else { self.call1("aten::_to_copy", &[t.into(), Value::DType(DType::I64)])? };
+        let bytes = self.tensor_to_host(&t)?;
+        Ok(bytes.chunks_exact(8).map(|c| i64::from_ne_bytes(c.try_into().expect("chunks of 8 bytes"))).collect())
+    }
+
     fn nonzero(self: &Arc<Self>, x: &Tensor) -> Result<Tensor> {
         let ne = self.call1("aten::ne.Scalar", &[x.into(), Value::Scalar(Scalar::Int(0))])?;
         let count = self.call1("aten::sum", &[ne.into(), Value::DType(DType::I64)])?;
-        let bytes = self.tensor_to_host(&count)?;
-        let n = i64::from_ne_bytes(bytes[..8].try_into().expect("an int64 scalar is 8 bytes"));
+        let n = self.host_i64s(&count)?[0];
         self.call1("aten::nonzero_static", &[x.into(), Value::Int(n), Value::Int(-1)])
     }
 

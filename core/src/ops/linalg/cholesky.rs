@@ -59,7 +59,8 @@ pub(super) fn register(r: &mut Builder) {
         let l = a.tensor(0)?;
         let dims = cx.dims(l);
         square(cx, &dims, "cholesky_inverse")?;
-        let eye = identity(cx, &dims, Elem::from(cx.dtype(l)));
+        let elem = Elem::from(cx.dtype(l));
+        let eye = identity(&mut cx.f, &dims, elem);
         Ok(vec![cholesky_solve(cx, eye, l, a.bool(1)?)?])
     });
 }

@@ -34,7 +34,7 @@ use crate::ops::common::{any, counted_loop};
 use crate::shape;
 
 use super::super::{Builder, Cx};
-use super::square;
+use super::{identity, square};
 
 /// The working type and its unit roundoff.
 const WORK: Elem = Elem::C128;
@@ -74,7 +74,7 @@ fn eig(cx: &mut Cx, x: V, vectors: bool) -> Result<Vec<V>> {
     cx.check_values(finite, "linalg.eig: input tensor should not contain infs or NaNs.");
     let a = cx.f.reshape(x, &[b, n, n]);
     let a = cx.f.convert(a, WORK);
-    let q0 = eye(&mut cx.f, b, n);
+    let q0 = identity(&mut cx.f, &[b, n, n], WORK);
     let (h, q) = hessenberg(&mut cx.f, a, q0, b, n);
     let (t, z, m) = schur(&mut cx.f, h, q, b, n);
     let zero = cx.f.splat_int(&Ty::new(Elem::I64, &[b]), 0);
@@ -99,24 +99,9 @@ fn eig(cx: &mut Cx, x: V, vectors: bool) -> Result<Vec<V>> {
 
 // ------------------------------------------------------------------ helpers
 
-fn eye(f: &mut Func, b: i64, n: i64) -> V {
-    let t = Ty::new(Elem::I64, &[b, n, n]);
-    let (i, j) = (f.iota(&t, 1), f.iota(&t, 2));
-    let on = f.compare(Cmp::Eq, i, j);
-    let one = f.splat(&Ty::new(WORK, &[b, n, n]), 1.0);
-    let zero = f.splat(&Ty::new(WORK, &[b, n, n]), 0.0);
-    f.select(on, one, zero)
-}
-
 /// `|x|` of a complex value, as a real value.
 fn modulus(f: &mut Func, x: V) -> V {
     f.unary_to("stablehlo.abs", x, WORK.real())
-}
-
-/// A real value as a complex one.
-fn cplx(f: &mut Func, x: V) -> V {
-    let zero = f.full_like(x, 0.0);
-    f.complex(x, zero)
 }
 
 fn i64_scalar(f: &mut Func, v: i64) -> V {
@@ -160,19 +145,19 @@ fn givens(f: &mut Func, x: V, y: V) -> (V, V) {
     let safe_r = f.select(r_zero, one, r);
     let safe_ax = f.select(x_zero, one, ax);
     // The phase of x (1 where x is 0).
-    let sax = cplx(f, safe_ax);
+    let sax = f.convert(safe_ax, WORK);
     let phase = f.div(x, sax);
-    let cone = cplx(f, one);
+    let cone = f.convert(one, WORK);
     let phase = f.select(x_zero, cone, phase);
     let c = f.div(ax, safe_r);
     let c = f.select(r_zero, one, c);
     let yc = super::super::complex::conj(f, y);
-    let sr = cplx(f, safe_r);
+    let sr = f.convert(safe_r, WORK);
     let s = f.mul(phase, yc);
     let s = f.div(s, sr);
-    let czero = cplx(f, zero);
+    let czero = f.convert(zero, WORK);
     let s = f.select(r_zero, czero, s);
-    (cplx(f, c), s)
+    (f.convert(c, WORK), s)
 }
 
 /// Rows `k` and `k + 1` of `x` rotated by `[[c, s], [-s̄, c]]` (`c`, `s`
@@ -274,7 +259,7 @@ fn schur(f: &mut Func, h: V, z: V, b: i64, n: i64) -> (V, V, V) {
         let (h, z, m, it) = (s[0], s[1], s[2], s[3]);
         let (h, m) = deflate(f, h, m, b, n);
         let mu = shift(f, h, m, it, b, n);
-        let id = eye(f, b, n);
+        let id = identity(f, &[b, n, n], WORK);
         let mub = f.broadcast_in_dim(mu, &[0], &[b, n, n]);
         let shifted = f.mul(mub, id);
         let h = f.sub(h, shifted);
@@ -376,7 +361,7 @@ fn shift(f: &mut Func, h: V, m: V, it: V, b: i64, n: i64) -> V {
     let ac = modulus(f, c);
     let k = f.full_like(ac, 0.75);
     let off = f.mul(ac, k);
-    let off = cplx(f, off);
+    let off = f.convert(off, WORK);
     let exceptional = f.add(d, off);
     let ten = i64_scalar(f, 10);
     let r = f.binary("stablehlo.remainder", it, ten);
@@ -405,7 +390,7 @@ fn diagonal(f: &mut Func, t: V, b: i64, n: i64) -> V {
 /// solves `(T - w_k I) y = 0` with `y_k = 1` and `y_i = 0` below `k`, by
 /// back substitution over the rows, all columns at once.
 fn triangular_vectors(f: &mut Func, t: V, w: V, b: i64, n: i64) -> V {
-    let y0 = eye(f, b, n);
+    let y0 = identity(f, &[b, n, n], WORK);
     if n < 2 {
         return y0;
     }
@@ -435,7 +420,7 @@ fn triangular_vectors(f: &mut Func, t: V, w: V, b: i64, n: i64) -> V {
         let ad = modulus(f, denom);
         let sminb = f.broadcast_in_dim(smin, &[0], &[b, n]);
         let tiny_pivot = f.compare(Cmp::Lt, ad, sminb);
-        let sminc = cplx(f, sminb);
+        let sminc = f.convert(sminb, WORK);
         let denom = f.select(tiny_pivot, sminc, denom);
         let q = f.div(sum, denom);
         let q = f.neg(q);
@@ -481,9 +466,9 @@ fn normalize(f: &mut Func, v: V, b: i64, n: i64) -> V {
     let nz = f.compare(Cmp::Eq, norm, zr);
     let denom = f.select(nz, one, denom);
     let pc = super::super::complex::conj(f, p);
-    let cone = cplx(f, one);
+    let cone = f.convert(one, WORK);
     let pc = f.select(p_zero, cone, pc);
-    let dc = cplx(f, denom);
+    let dc = f.convert(denom, WORK);
     let factor = f.div(pc, dc);
     let factor = f.broadcast_in_dim(factor, &[0, 2], &[b, n, n]);
     f.mul(v, factor)

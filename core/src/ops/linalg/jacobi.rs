@@ -255,8 +255,8 @@ fn svd(cx: &mut Cx, x: V, full: bool, uv: bool) -> Result<Vec<V>> {
             return Ok(vec![e1, s, e2]);
         }
         // An empty matrix's full factors are identities.
-        let u = identity(cx, &with(&[m, u_cols]), Elem::from(d));
-        let vh = identity(cx, &with(&[vh_rows, n]), Elem::from(d));
+        let u = identity(&mut cx.f, &with(&[m, u_cols]), Elem::from(d));
+        let vh = identity(&mut cx.f, &with(&[vh_rows, n]), Elem::from(d));
         return Ok(vec![u, s, vh]);
     }
     // Work on the tall orientation: a is [b, rows, cols] with rows >= cols.
@@ -264,7 +264,7 @@ fn svd(cx: &mut Cx, x: V, full: bool, uv: bool) -> Result<Vec<V>> {
     let a3 = cx.f.reshape(xc, &[b, m, n]);
     let wide = m < n;
     let (a3, rows, cols) = if wide { (mt(cx, a3), n, m) } else { (a3, m, n) };
-    let v0 = identity(cx, &[b, cols, cols], elem);
+    let v0 = identity(&mut cx.f, &[b, cols, cols], elem);
     let tol = eps(od) * (rows as f64).sqrt();
     let (w, v) = if cols < 2 {
         (a3, v0)
@@ -411,7 +411,7 @@ pub(super) fn eigh(cx: &mut Cx, x: V, upper: bool, vectors: bool) -> Result<Vec<
     let off = cx.f.select(strict, a, zero);
     let offt = mt(cx, off);
     let a = cx.f.add(tri, offt);
-    let v0 = identity(cx, &[b, n, n], elem);
+    let v0 = identity(&mut cx.f, &[b, n, n], elem);
     let tol = eps(od);
     let (a, v) = if n < 2 {
         (a, v0)

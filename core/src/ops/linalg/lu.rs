@@ -99,7 +99,7 @@ pub(super) fn register(r: &mut Builder) {
             check_info(cx, f.info, "linalg.inv: The diagonal element is zero, the inversion could not be completed because the input matrix is singular.");
         }
         let lu = cx.f.convert(f.lu, f.d);
-        let eye = identity(cx, &dims, Elem::from(f.d));
+        let eye = identity(&mut cx.f, &dims, Elem::from(f.d));
         let x = lu_solve(cx, lu, f.piv, eye, true, false)?;
         Ok(vec![x, f.info])
     });

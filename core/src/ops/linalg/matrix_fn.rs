@@ -94,7 +94,7 @@ fn matrix_exp(cx: &mut Cx, x: V) -> Result<V> {
     let sb = cx.f.broadcast_in_dim(scale, &[0], &[b, n, n]);
     let a_s = cx.f.mul(a, sb);
     // Horner: E = I + A/1 (I + A/2 (I + ... (I + A/DEGREE))).
-    let eye = super::identity(cx, &[b, n, n], elem);
+    let eye = super::identity(&mut cx.f, &[b, n, n], elem);
     let mut e = eye;
     for k in (1..=DEGREE).rev() {
         let c = cx.f.full_like(a_s, 1.0 / k as f64);

@@ -460,12 +460,12 @@ fn mt(cx: &mut Cx, x: V) -> V {
 }
 
 /// Identity matrices of `dims` (`[..., n, n]`) in `elem`.
-fn identity(cx: &mut Cx, dims: &[i64], elem: crate::hlo::Elem) -> V {
+fn identity(f: &mut crate::hlo::Func, dims: &[i64], elem: crate::hlo::Elem) -> V {
     let t = crate::hlo::Ty::new(crate::hlo::Elem::I64, dims);
-    let (r_, c_) = (cx.f.iota(&t, dims.len() - 2), cx.f.iota(&t, dims.len() - 1));
-    let on = cx.f.compare(Cmp::Eq, r_, c_);
-    let one = cx.f.splat(&crate::hlo::Ty::new(elem, dims), 1.0);
-    let zero = cx.f.splat(&crate::hlo::Ty::new(elem, dims), 0.0);
-    cx.f.select(on, one, zero)
+    let (r_, c_) = (f.iota(&t, dims.len() - 2), f.iota(&t, dims.len() - 1));
+    let on = f.compare(Cmp::Eq, r_, c_);
+    let one = f.splat(&crate::hlo::Ty::new(elem, dims), 1.0);
+    let zero = f.splat(&crate::hlo::Ty::new(elem, dims), 0.0);
+    f.select(on, one, zero)
 }
 
