@@ -46,6 +46,7 @@ fn summary(c: i32) -> GraphSummary {
             op: "aten::add.Scalar".into(),
             inputs: vec![(DType::F32, vec![4])],
             attrs: format!("other={c}"),
+            views: Vec::new(),
         }],
         outputs: vec![(DType::F32, vec![4])],
         strict: false,
@@ -406,7 +407,12 @@ fn failed_compile_is_an_error_and_stores_nothing() {
 // explain()
 
 fn node(op: &str, inputs: &[(DType, &[i64])], attrs: &str) -> NodeSummary {
-    NodeSummary { op: op.into(), inputs: inputs.iter().map(|(d, s)| (*d, s.to_vec())).collect(), attrs: attrs.into() }
+    NodeSummary {
+        op: op.into(),
+        inputs: inputs.iter().map(|(d, s)| (*d, s.to_vec())).collect(),
+        attrs: attrs.into(),
+        views: Vec::new(),
+    }
 }
 
 /// A 3-node graph: mm, add, sum.

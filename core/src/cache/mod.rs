@@ -39,7 +39,7 @@ use std::path::PathBuf;
 pub use key::CacheKey;
 pub(crate) use lru::Lru;
 pub use program::{CacheStats, ProgramCache, Tier};
-pub use summary::{explain, GraphSummary, NodeSummary};
+pub use summary::{explain, GraphSummary, NodeSummary, ViewOf};
 
 /// Default bound of the in-memory tier, in programs. Strict-mode ops are
 /// one-op programs here too, and a model's forward and backward call a few

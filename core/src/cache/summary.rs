@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::DType;
 
 /// One node of a flushed graph, as explanations print it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeSummary {
     /// The op name (`aten::mm`).
     pub op: String,
@@ -13,6 +13,17 @@ pub struct NodeSummary {
     pub inputs: Vec<(DType, Vec<i64>)>,
     /// The op's attributes, printed (`dim=1, keepdim=false`).
     pub attrs: String,
+    /// For each input that reads part of its storage (a view): the storage's
+    /// element count and the view's strides, both of which the program is
+    /// built for. Empty when every input is a whole storage.
+    pub views: Vec<Option<ViewOf>>,
+}
+
+/// The storage behind an input that is a view (see [`NodeSummary::views`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ViewOf {
+    pub storage_numel: i64,
+    pub strides: Vec<i64>,
 }
 
 /// What a flushed graph looks like: its nodes in the canonical order of the
@@ -34,6 +45,9 @@ struct NodeRecord {
     op: String,
     inputs: Vec<(i32, Vec<i64>)>,
     attrs: String,
+    /// Absent in files written before views were summarized.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    views: Vec<Option<ViewOf>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -52,7 +66,12 @@ impl GraphSummary {
             nodes: self
                 .nodes
                 .iter()
-                .map(|n| NodeRecord { op: n.op.clone(), inputs: values(&n.inputs), attrs: n.attrs.clone() })
+                .map(|n| NodeRecord {
+                    op: n.op.clone(),
+                    inputs: values(&n.inputs),
+                    attrs: n.attrs.clone(),
+                    views: n.views.clone(),
+                })
                 .collect(),
             outputs: values(&self.outputs),
             strict: self.strict,
@@ -68,7 +87,7 @@ impl GraphSummary {
         let nodes = record
             .nodes
             .into_iter()
-            .map(|n| Some(NodeSummary { op: n.op, inputs: values(n.inputs)?, attrs: n.attrs }))
+            .map(|n| Some(NodeSummary { op: n.op, inputs: values(n.inputs)?, attrs: n.attrs, views: n.views }))
             .collect::<Option<Vec<_>>>()?;
         Some(GraphSummary { nodes, outputs: values(record.outputs)?, strict: record.strict })
     }
@@ -178,7 +197,35 @@ fn node_detail(a: &NodeSummary, b: &NodeSummary) -> Option<String> {
             return Some(format!("input {j} {d}"));
         }
     }
+    for j in 0..a.inputs.len() {
+        let (x, y) = (a.views.get(j).cloned().flatten(), b.views.get(j).cloned().flatten());
+        if x != y {
+            return Some(format!("input {j} {}", view_difference(&a.inputs[j].1, x.as_ref(), y.as_ref())));
+        }
+    }
     (a.attrs != b.attrs).then(|| format!("attributes {:?} vs {:?}", a.attrs, b.attrs))
+}
+
+/// How the storages behind two inputs of the same shape differ. A program
+/// reads a view out of its whole storage, so a small view of a tensor that
+/// grows (the last token of a growing sequence) compiles for each size of
+/// the storage: the explanation says so rather than leave a mystery.
+fn view_difference(sizes: &[i64], a: Option<&ViewOf>, b: Option<&ViewOf>) -> String {
+    let whole = |v: Option<&ViewOf>| match v {
+        Some(v) => format!("a view with strides {:?} of a {}-element storage", v.strides, v.storage_numel),
+        None => "a whole storage".to_string(),
+    };
+    match (a, b) {
+        (Some(x), Some(y)) if x.storage_numel != y.storage_numel => format!(
+            "(a view {sizes:?}) reads a storage of {} elements vs {}{}: a view into a tensor whose size changed \
+             compiles for each size of that tensor",
+            x.storage_numel,
+            y.storage_numel,
+            if x.strides != y.strides { format!(", strides {:?} vs {:?}", x.strides, y.strides) } else { String::new() },
+        ),
+        (Some(x), Some(y)) => format!("(a view {sizes:?}) strides {:?} vs {:?}", x.strides, y.strides),
+        _ => format!("(shape {sizes:?}) is {} vs {}", whole(a), whole(b)),
+    }
 }
 
 fn value_difference((da, sa): &(DType, Vec<i64>), (db, sb): &(DType, Vec<i64>)) -> Option<String> {
@@ -197,7 +244,12 @@ pub(super) mod tests {
     /// A one-node graph; the disk format's tests use it too.
     pub(in crate::cache) fn summary(op: &str) -> GraphSummary {
         GraphSummary {
-            nodes: vec![NodeSummary { op: op.into(), inputs: vec![(DType::F32, vec![2, 3])], attrs: "dim=1".into() }],
+            nodes: vec![NodeSummary {
+                op: op.into(),
+                inputs: vec![(DType::F32, vec![2, 3])],
+                attrs: "dim=1".into(),
+                ..Default::default()
+            }],
             outputs: vec![(DType::BF16, vec![2])],
             strict: false,
         }
@@ -226,6 +278,34 @@ pub(super) mod tests {
         wide_strict.strict = true;
         assert!(explain(&wide_strict, &with_strict).ends_with("input 0 shape [4, 3] vs [9, 3]"));
         assert!(explain(&wide, &with_strict).ends_with("input 0 shape [4, 3] vs [2, 3]"));
+    }
+
+    #[test]
+    fn a_view_of_a_storage_that_grew_is_named() {
+        // `ids[:, -1]` of a [2, 17] and of a [2, 16] tensor: the same shape,
+        // read from storages of different sizes.
+        let last = |n: i64| {
+            let mut s = summary("aten::isin.Tensor_Tensor");
+            s.nodes[0].inputs[0].1 = vec![2];
+            s.nodes[0].views = vec![Some(ViewOf { storage_numel: 2 * n, strides: vec![n] })];
+            s
+        };
+        assert_eq!(
+            explain(&last(17), &[last(16)]),
+            "no cached program matches: nearest cached graph (1 node) differs at node 0 (aten::isin.Tensor_Tensor): \
+             input 0 (a view [2]) reads a storage of 34 elements vs 32, strides [17] vs [16]: a view into a tensor \
+             whose size changed compiles for each size of that tensor"
+        );
+        let mut whole = last(1);
+        whole.nodes[0].views.clear();
+        assert!(
+            explain(&last(1), &[whole]).ends_with(
+                "input 0 (shape [2]) is a view with strides [1] of a 2-element storage vs a whole storage"
+            ),
+            "{}",
+            explain(&last(1), &[last(1)])
+        );
+        assert_eq!(GraphSummary::from_json(&last(5).to_json()), Some(last(5)));
     }
 
     #[test]

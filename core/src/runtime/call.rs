@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use crate::cache::NodeSummary;
+use crate::cache::{NodeSummary, ViewOf};
 use crate::dtype::{can_cast, DType};
 use crate::error::{Error, Result};
 use crate::hlo::{Elem, Ty, V};
@@ -186,10 +186,15 @@ pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat, in
 /// One call as recompile explanations describe it: the op, the dtype and
 /// shape of each tensor input, and the other arguments.
 pub(crate) fn node_summary(def: &OpDef, args: &[Arg], tensors: &[TensorDesc]) -> NodeSummary {
+    let view = |t: &TensorDesc| {
+        (t.layout != Layout::Whole).then(|| ViewOf { storage_numel: t.storage_numel, strides: t.strides.to_vec() })
+    };
+    let views = if tensors.iter().any(|t| t.layout != Layout::Whole) { tensors.iter().map(view).collect() } else { Vec::new() };
     NodeSummary {
         op: def.name().to_string(),
         inputs: tensors.iter().map(|t| (t.dtype, t.sizes.to_vec())).collect(),
         attrs: attrs_of(args),
+        views,
     }
 }
 

@@ -65,6 +65,7 @@ impl Runtime {
                 op: format!("collective::{name}"),
                 inputs: vec![(dtype, sizes.clone())],
                 attrs: format!("{} group={group:?}", c.attrs()).trim().to_string(),
+                views: Vec::new(),
             }],
             outputs: vec![(dtype, out_sizes.clone())],
             strict: false,
