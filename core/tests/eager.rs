@@ -124,3 +124,45 @@ fn reset_peak_memory_restarts_from_live_bytes() {
     drop(u);
     assert_eq!(rt.reset_peak_memory(99).unwrap_err().code(), Code::OutOfRange);
 }
+
+#[test]
+fn a_growing_op_in_a_fused_step_runs_alone_and_the_rest_stays_cached() {
+    // A decode-like loop in fused mode: each step reads the last id of a
+    // sequence that grows by one (a view of a storage whose size changes),
+    // runs a fixed-shape part, and appends to the sequence. The fixed part
+    // must stay one cached program; only the two growing ops compile again.
+    let rt = rt();
+    set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
+    let w = f32s(&rt, &[0.5, -0.25, 0.125, 1.0], &[2, 2]);
+    let mut h = f32s(&rt, &[1.0, 2.0], &[1, 2]);
+    let mut ids = i64s(&rt, &[7], &[1]);
+    let mut want = [1.0f32, 2.0];
+    let mut want_ids = vec![7i64];
+    for step in 0..6 {
+        let n = ids.sizes()[0];
+        let last = ids.view_of("test", n - 1, &[1], &[1]).unwrap();
+        let twice = rt.call1("aten::mul.Scalar", &[(&last).into(), Value::Scalar(Scalar::Int(2))]).unwrap();
+        let m = rt.call1("aten::mm", &[(&h).into(), (&w).into()]).unwrap();
+        let t = rt.call1("aten::tanh", &[(&m).into()]).unwrap();
+        h = rt.call1("aten::mul.Scalar", &[(&t).into(), Value::Scalar(Scalar::Float(1.5))]).unwrap();
+        let got = host_f32(&rt, &h);
+        let flush = rt.last_flush().unwrap();
+        // Step 1 (the cat of step 0 first) is the first of its kind, step 2
+        // learns which ops grow and compiles the fixed part alone.
+        if step >= 3 {
+            assert_eq!(flush.lowered, 3, "step {step}: the fixed part alone (mm, tanh, mul)");
+            assert_eq!(flush.tier, Some("memory"), "step {step}: the fixed part must not compile again");
+        }
+        ids = rt.call1("aten::cat", &[Value::TensorList(vec![ids.clone(), twice]), Value::Int(0)]).unwrap();
+        want = [
+            1.5 * (want[0] * 0.5 + want[1] * 0.125).tanh(),
+            1.5 * (want[0] * -0.25 + want[1] * 1.0).tanh(),
+        ];
+        want_ids.push(2 * want_ids.last().unwrap());
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "step {step}: {got:?} vs {want:?}");
+        }
+    }
+    assert_eq!(host_i64(&rt, &ids), want_ids);
+    set_thread_mode(None).unwrap();
+}

@@ -14,6 +14,7 @@
 //! equal graphs print byte-identical programs whatever the order of recording.
 
 pub mod policy;
+pub mod shape_watch;
 
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Weak};

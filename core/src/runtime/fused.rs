@@ -17,6 +17,7 @@ use super::{Runtime, Stats};
 use crate::cache::{GraphSummary, Tier};
 use crate::error::{Error, Result};
 use crate::graph::policy::{Decision, OpInfo};
+use crate::graph::shape_watch::Verdict;
 use crate::graph::{hash_of, FlushReason, Node, Recording, Src};
 use crate::hlo::{Elem, Ty, V};
 use crate::ops::{registry, Cx, OpDef, ParamSrc};
@@ -115,6 +116,15 @@ impl Runtime {
         let max_ops = self.fusion.lock().max_ops;
 
         let mut rec = self.recordings[device].lock();
+        // An op whose shapes change between steps runs alone, so the rest of
+        // the step stays one cached program (graph/shape_watch.rs).
+        let kind = flat.tensors.iter().fold(id as u64, |h, t| hash_of(&(h, t.dtype)));
+        let isolate = self.shape_watch.lock().observe(device, kind, inf.signature_hash) == Verdict::Isolate;
+        if isolate && !rec.is_empty() {
+            drop(rec);
+            self.flush_device_as(device, FlushReason::Policy, true)?;
+            rec = self.recordings[device].lock();
+        }
         let mut srcs = Vec::with_capacity(flat.slots.len());
         for s in &flat.slots {
             srcs.push(match s.value() {
@@ -190,7 +200,9 @@ impl Runtime {
         rec.ops.push(OpInfo { name: registry().get(id).name(), signature: inf.signature_hash, bytes, results: metas });
         Stats::bump(&self.stats.recorded_ops);
 
-        let flush = if rec.len() >= max_ops {
+        let flush = if isolate {
+            Some(FlushReason::Policy)
+        } else if rec.len() >= max_ops {
             Some(FlushReason::GraphSizeLimit)
         } else if policy.after_record(&rec.view()) == Decision::Flush {
             Some(FlushReason::Policy)
@@ -200,7 +212,7 @@ impl Runtime {
         drop(rec);
         let values = build_returns(op, &inf.returns, &results, bound)?;
         if let Some(reason) = flush {
-            self.flush_device(device, reason)?;
+            self.flush_device_as(device, reason, isolate)?;
         }
         Ok(values)
     }
@@ -218,10 +230,18 @@ impl Runtime {
 
     /// Flushes one device's pending graph (a no-op when it is empty).
     pub fn flush_device(self: &Arc<Self>, device: usize, reason: FlushReason) -> Result<()> {
+        self.flush_device_as(device, reason, false)
+    }
+
+    /// Flushes one device's pending graph; `isolating` marks the cuts made
+    /// around an op whose shapes change, which do not end the step the
+    /// shape watch follows.
+    fn flush_device_as(self: &Arc<Self>, device: usize, reason: FlushReason, isolating: bool) -> Result<()> {
         // The lock is held for the whole flush, so a value pending in this
         // recording is either still pending here or computed when a waiter
         // gets the lock.
         let mut guard = self.recordings[device].lock();
+        self.shape_watch.lock().flushed(device, isolating);
         if guard.is_empty() {
             return Ok(());
         }

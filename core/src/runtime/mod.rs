@@ -34,6 +34,7 @@ pub use stream::{Stream, StreamEvent, Streams};
 use crate::cache::{CacheConfig, Lru, ProgramCache};
 use crate::graph::policy::{FuseLoops, FusionPolicy};
 use crate::graph::{FlushReason, Recording};
+use crate::graph::shape_watch::ShapeWatch;
 use fused::InferTable;
 
 use crate::dtype::DType;
@@ -88,6 +89,8 @@ pub struct Runtime {
     /// Recordings whose flush failed, with the error (their values are lost).
     failed: Mutex<HashMap<u64, String>>,
     fusion: Mutex<FusionConfig>,
+    /// Ops whose shapes change between steps (graph/shape_watch.rs).
+    shape_watch: Mutex<ShapeWatch>,
     programs: ProgramCache,
     last_flush: Mutex<Option<FlushInfo>>,
     /// Default, created and per-thread current streams of every device.
@@ -156,6 +159,7 @@ impl Runtime {
             infers: Mutex::new(InferTable::default()),
             failed: Mutex::new(HashMap::new()),
             fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseLoops::default()), max_ops }),
+            shape_watch: Mutex::new(ShapeWatch::default()),
             programs: ProgramCache::new(cache_config),
             last_flush: Mutex::new(None),
             streams,
