@@ -6,26 +6,33 @@
 //! holds them is a new program every step, and the whole step, a model's
 //! forward included, compiles again. The watch notices such an op: it sits
 //! where an op of the same kind sat in an earlier step, with another
-//! signature. The runtime then cuts the pending graph before and after it,
-//! so the op runs alone, compiled for its exact shapes (a small program),
-//! while the rest of the step keeps hitting the cache. Cutting never changes
-//! a result: a flush is transparent.
+//! signature. The runtime then runs that op alone, as a strict-mode op
+//! compiled for its exact shapes (a small program), while the rest of the
+//! step stays one fused program that keeps hitting the cache. An input of
+//! the op that is still pending is computed first by a flush; otherwise the
+//! pending graph is left as it is (so a fusion policy's view of it is not
+//! disturbed). Running an op alone never changes a result: the recording
+//! holds its inputs' values, not their cells.
 //!
-//! Positions are chain hashes of the ops' shape-free keys (the op and its
-//! tensors' dtypes) since the last flush that was not such a cut, so one
-//! step gives the same positions whatever its shapes. An op that comes back
-//! to the signature it had the step before is fused again.
+//! A position is a chain hash of the ops' shape-free keys (the op and its
+//! tensors' dtypes) since the last flush other than those, so one step gives
+//! the same positions whatever its shapes, together with the same chain of
+//! the step before it. That context keeps apart the starts of unrelated
+//! steps (two loops that both begin with a float matmul): a loop's step
+//! follows its own previous step. An op that comes back to the signature it
+//! had the step before is fused again.
 //!
 //! A step in which more than [`MAX_ISOLATED`] ops change shape (a growing
-//! KV cache: every attention op grows) is left fused: cutting it into many
-//! small programs would compile as much and fuse less. The watch remembers
-//! the step by its first position and does not cut it again.
+//! KV cache: every attention op grows) is left fused: splitting it into
+//! many small programs would compile as much and fuse less. The watch
+//! remembers the step by its first position and leaves it fused from then
+//! on.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::hash_of;
 
-/// The most ops of one step that are given programs of their own.
+/// The most ops of one step that run alone.
 pub const MAX_ISOLATED: usize = 8;
 
 /// Positions remembered before the table is cleared (a bound on memory for
@@ -38,7 +45,7 @@ pub struct ShapeWatch {
     seen: FxHashMap<u64, u64>,
     /// Positions whose signature changed the last time they were seen.
     changing: FxHashSet<u64>,
-    /// Steps (by first position) with too many changing ops to cut.
+    /// Steps (by first position) with too many changing ops to split.
     broad: FxHashSet<u64>,
     /// Each device's current step.
     steps: FxHashMap<usize, Step>,
@@ -46,8 +53,12 @@ pub struct ShapeWatch {
 
 #[derive(Debug, Default)]
 struct Step {
-    /// The chain hash of the positions so far.
-    prefix: u64,
+    /// The chain hash of this step's shape-free keys so far.
+    chain: u64,
+    /// The whole chain of the last step that recorded anything.
+    context: u64,
+    /// Ops seen in this step.
+    ops: usize,
     first: Option<u64>,
     isolated: usize,
 }
@@ -57,7 +68,7 @@ struct Step {
 pub enum Verdict {
     /// Record it with the rest of the graph.
     Fuse,
-    /// Cut before and after it: its shapes change between steps.
+    /// Run it alone: its shapes change between steps.
     Isolate,
 }
 
@@ -70,8 +81,9 @@ impl ShapeWatch {
             self.changing.clear();
         }
         let step = self.steps.entry(device).or_default();
-        let position = hash_of(&(step.prefix, kind));
-        step.prefix = position;
+        step.chain = hash_of(&(step.chain, kind));
+        step.ops += 1;
+        let position = hash_of(&(step.context, step.chain));
         let first = *step.first.get_or_insert(position);
         match self.seen.insert(position, signature) {
             Some(old) if old != signature => {
@@ -97,11 +109,16 @@ impl ShapeWatch {
         Verdict::Isolate
     }
 
-    /// A flush of `device`'s graph: a cut made for an isolated op keeps the
-    /// step going; any other flush ends it.
+    /// A flush of `device`'s graph: the flush that computes an isolated
+    /// op's inputs keeps the step going; any other flush ends it.
     pub fn flushed(&mut self, device: usize, isolating: bool) {
-        if !isolating {
-            self.steps.remove(&device);
+        if isolating {
+            return;
+        }
+        if let Some(step) = self.steps.get_mut(&device) {
+            if step.ops > 0 {
+                *step = Step { context: step.chain, ..Step::default() };
+            }
         }
     }
 }
@@ -123,8 +140,12 @@ mod tests {
     fn an_op_that_grows_every_step_is_isolated() {
         let mut w = ShapeWatch::default();
         // Ops 1 and 3 keep their shapes; op 2 (a `cat` onto a growing
-        // sequence) has a new signature every step.
-        assert_eq!(step(&mut w, &[(1, 10), (2, 100), (3, 30)]), [Fuse, Fuse, Fuse]);
+        // sequence) has a new signature every step. The first step has no
+        // step of its kind before it, the second is the first seen after
+        // one: neither is compared.
+        assert_eq!(step(&mut w, &[(1, 10), (2, 98), (3, 30)]), [Fuse, Fuse, Fuse]);
+        assert_eq!(step(&mut w, &[(1, 10), (2, 99), (3, 30)]), [Fuse, Fuse, Fuse]);
+        assert_eq!(step(&mut w, &[(1, 10), (2, 100), (3, 30)]), [Fuse, Isolate, Fuse]);
         for n in 101..105 {
             assert_eq!(step(&mut w, &[(1, 10), (2, n), (3, 30)]), [Fuse, Isolate, Fuse]);
         }
@@ -136,29 +157,45 @@ mod tests {
     fn a_step_where_everything_grows_stays_fused() {
         let mut w = ShapeWatch::default();
         let ops = |n: u64| (0..20).map(|k| (k, n * 100 + k)).collect::<Vec<_>>();
+        step(&mut w, &ops(0));
         step(&mut w, &ops(1));
         let second = step(&mut w, &ops(2));
         assert_eq!(second.iter().filter(|v| **v == Isolate).count(), MAX_ISOLATED);
-        // Remembered: later steps are not cut at all.
+        // Remembered: later steps are left whole.
         for n in 3..6 {
             assert!(step(&mut w, &ops(n)).iter().all(|v| *v == Fuse));
         }
     }
 
     #[test]
-    fn positions_follow_the_step_not_the_device_or_the_cuts() {
+    fn positions_follow_the_step_not_the_device_or_the_flushes() {
         let mut w = ShapeWatch::default();
+        step(&mut w, &[(1, 10), (2, 20)]);
         step(&mut w, &[(1, 10), (2, 20)]);
         // Another device's ops do not disturb device 0's positions.
         assert_eq!(w.observe(1, 7, 70), Fuse);
         assert_eq!(w.observe(0, 1, 10), Fuse);
         assert_eq!(w.observe(0, 2, 21), Isolate);
-        // The cut made for the isolated op keeps the chain: op 3 is at the
-        // same position it would have had without the cut.
+        // The flush made for the isolated op keeps the chain: op 3 is at
+        // the same position it would have had without it.
         w.flushed(0, true);
         assert_eq!(w.observe(0, 3, 30), Fuse);
         w.flushed(0, false);
-        step(&mut w, &[(1, 10), (2, 22)]);
+        // An empty flush does not end a step's context.
+        w.flushed(0, false);
+        step(&mut w, &[(1, 10), (2, 22), (3, 30)]);
         assert_eq!(step(&mut w, &[(1, 10), (2, 23), (3, 31)]), [Fuse, Isolate, Isolate]);
+    }
+
+    #[test]
+    fn unrelated_steps_that_start_alike_are_not_compared() {
+        let mut w = ShapeWatch::default();
+        // Loop A's step (ops 1, 2) and then loop B's (ops 1, 2, 3), with
+        // other shapes: B's first op follows another step than A's did.
+        for _ in 0..3 {
+            step(&mut w, &[(1, 10), (2, 20)]);
+        }
+        step(&mut w, &[(5, 50)]);
+        assert_eq!(step(&mut w, &[(1, 11), (2, 21), (3, 30)]), [Fuse, Fuse, Fuse]);
     }
 }

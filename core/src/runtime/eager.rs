@@ -129,7 +129,7 @@ impl Runtime {
         let key = signature(id, def, bound, &flat, self.index_checks.enabled());
         if current_mode() == ExecMode::DeferAndFuse {
             let same_device = flat.slots.iter().all(|s| s.device() == device);
-            if same_device || !def.cross_device {
+            if (same_device || !def.cross_device) && !self.runs_alone(id, &flat, device, &key)? {
                 if def.plugin.is_some() && !self.signatures.lock().contains(&key) {
                     // A trial compile of the plugin op alone, once per
                     // signature (kept for strict mode): a fragment that does

@@ -116,15 +116,6 @@ impl Runtime {
         let max_ops = self.fusion.lock().max_ops;
 
         let mut rec = self.recordings[device].lock();
-        // An op whose shapes change between steps runs alone, so the rest of
-        // the step stays one cached program (graph/shape_watch.rs).
-        let kind = flat.tensors.iter().fold(id as u64, |h, t| hash_of(&(h, t.dtype)));
-        let isolate = self.shape_watch.lock().observe(device, kind, inf.signature_hash) == Verdict::Isolate;
-        if isolate && !rec.is_empty() {
-            drop(rec);
-            self.flush_device_as(device, FlushReason::Policy, true)?;
-            rec = self.recordings[device].lock();
-        }
         let mut srcs = Vec::with_capacity(flat.slots.len());
         for s in &flat.slots {
             srcs.push(match s.value() {
@@ -200,9 +191,7 @@ impl Runtime {
         rec.ops.push(OpInfo { name: registry().get(id).name(), signature: inf.signature_hash, bytes, results: metas });
         Stats::bump(&self.stats.recorded_ops);
 
-        let flush = if isolate {
-            Some(FlushReason::Policy)
-        } else if rec.len() >= max_ops {
+        let flush = if rec.len() >= max_ops {
             Some(FlushReason::GraphSizeLimit)
         } else if policy.after_record(&rec.view()) == Decision::Flush {
             Some(FlushReason::Policy)
@@ -212,7 +201,7 @@ impl Runtime {
         drop(rec);
         let values = build_returns(op, &inf.returns, &results, bound)?;
         if let Some(reason) = flush {
-            self.flush_device_as(device, reason, isolate)?;
+            self.flush_device(device, reason)?;
         }
         Ok(values)
     }
@@ -233,9 +222,24 @@ impl Runtime {
         self.flush_device_as(device, reason, false)
     }
 
-    /// Flushes one device's pending graph; `isolating` marks the cuts made
-    /// around an op whose shapes change, which do not end the step the
-    /// shape watch follows.
+    /// In fused mode, whether an op whose shapes change between steps
+    /// (graph/shape_watch.rs) should run alone, as a strict op, so the rest
+    /// of the step stays one cached program. Its pending inputs are computed
+    /// first, by a flush that does not end the step the watch follows.
+    pub(super) fn runs_alone(self: &Arc<Self>, id: usize, flat: &Flat, device: usize, key: &str) -> Result<bool> {
+        let kind = flat.tensors.iter().fold(id as u64, |h, t| hash_of(&(h, t.dtype)));
+        if self.shape_watch.lock().observe(device, kind, hash_of(&key)) == Verdict::Fuse {
+            return Ok(false);
+        }
+        if flat.slots.iter().any(|s| matches!(s.value(), StorageValue::Pending { .. })) {
+            self.flush_device_as(device, FlushReason::Policy, true)?;
+        }
+        Ok(true)
+    }
+
+    /// Flushes one device's pending graph; `isolating` marks the flush made
+    /// for an op that runs alone, which does not end the step the shape
+    /// watch follows.
     fn flush_device_as(self: &Arc<Self>, device: usize, reason: FlushReason, isolating: bool) -> Result<()> {
         // The lock is held for the whole flush, so a value pending in this
         // recording is either still pending here or computed when a waiter
