@@ -13,7 +13,8 @@
    steps of a small MLP's training step): compiles and time with the default
    `fuse_loops` policy against `fuse_all` (2048-op chunks).
 
-Run: .venv/bin/python bindings/python/benchmarks/bench_recompiles.py
+Run: .venv/bin/python bindings/python/benchmarks/bench_recompiles.py [section ...]
+(sections: adamw, second_process, long_traces, decode; all by default)
 Times are medians; the machine is shared, so read the ratios.
 """
 
@@ -49,18 +50,22 @@ def gpt2():
     return GPT2LMHeadModel(cfg).eval()
 
 
-def decode(model, device: str, cache: str, mode: str | None) -> tuple[float, int, torch.Tensor]:
-    """ms per token of a warm 64-token greedy decode, programs compiled by
-    the first (cold) decode, and the tokens."""
+def decode(model, device: str, cache: str, mode: str | None) -> tuple[float, tuple[int, float], torch.Tensor]:
+    """ms per token of a warm 64-token greedy decode, the programs compiled
+    by the first (cold) decode and their compile seconds, and the tokens."""
     prompt = torch.randint(1, 512, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
     kw = dict(max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False, pad_token_id=0)
     if cache == "static":
         kw["cache_implementation"] = "static"
     ctx = torch.tpu.set_eager_mode(mode) if mode else _nullcontext()
     with ctx, torch.no_grad():
-        before = compiles() if mode else 0
+        before = torch.tpu.compile_cache_stats() if mode else None
         out = model.generate(prompt, **kw).cpu()
-        cold = (compiles() - before) if mode else 0
+        if mode:
+            after = torch.tpu.compile_cache_stats()
+            cold = (after["compiles"] - before["compiles"], after["compile_seconds"] - before["compile_seconds"])
+        else:
+            cold = (0, 0.0)
         times = []
         for _ in range(2):
             t = time.perf_counter()
@@ -78,16 +83,25 @@ class _nullcontext:
 
 
 def bench_decode() -> None:
+    """Strict, fused and torch.compile (the forward compiled, generate()'s
+    own ops in strict mode) against the CPU. The cold columns count what
+    the first generate() compiled: 16 prompt tokens, then 64 steps."""
     print(f"\n== decode: GPT-2 (2 layers, d=128), {TOKENS} greedy tokens after a 16-token prompt")
-    print(f"{'cache':8s} {'mode':16s} {'ms/token':>9s} {'vs CPU':>8s} {'compiles/64 tok (cold)':>23s} {'tokens = CPU':>13s}")
+    print(f"{'cache':8s} {'mode':16s} {'ms/token':>9s} {'vs CPU':>8s} {'compiles (cold)':>16s} "
+          f"{'compile s (cold)':>17s} {'tokens = CPU':>13s}")
     cpu_model = gpt2()
     tpu_model = gpt2().to("tpu")
     for cache in ("dynamic", "static"):
         cpu_ms, _, want = decode(cpu_model, "cpu", cache, None)
-        print(f"{cache:8s} {'CPU eager':16s} {cpu_ms:9.2f} {'1.00x':>8s} {'-':>23s} {'-':>13s}")
-        for mode in MODES:
-            ms, cold, got = decode(tpu_model, "tpu", cache, mode)
-            print(f"{cache:8s} {mode:16s} {ms:9.2f} {ms / cpu_ms:7.2f}x {cold:23d} {str(torch.equal(got, want)):>13s}")
+        print(f"{cache:8s} {'CPU eager':16s} {cpu_ms:9.2f} {'1.00x':>8s} {'-':>16s} {'-':>17s} {'-':>13s}")
+        rows = [(mode, tpu_model, mode) for mode in MODES]
+        compiled = gpt2().to("tpu")
+        compiled.forward = torch.compile(compiled.forward, backend="tpu")
+        rows.append(("torch.compile", compiled, "DEFER_NEVER"))
+        for name, model, mode in rows:
+            ms, (n, secs), got = decode(model, "tpu", cache, mode)
+            print(f"{cache:8s} {name:16s} {ms:9.2f} {ms / cpu_ms:7.2f}x {n:16d} {secs:17.2f} "
+                  f"{str(torch.equal(got, want)):>13s}")
 
 
 # ------------------------------------------------- AdamW under a schedule
@@ -210,9 +224,13 @@ def bench_long_traces() -> None:
             print(f"{name:28s} {policy:11s} {ops:6d} {comp:9d} {comp_s:10.2f} {took:8.2f} {took / rows['fuse_all'][3]:11.2f}x")
 
 
+SECTIONS = {"adamw": bench_adamw, "second_process": bench_second_process, "long_traces": bench_long_traces,
+            "decode": bench_decode}
+
 if __name__ == "__main__":
+    unknown = [a for a in sys.argv[1:] if a not in SECTIONS]
+    if unknown:
+        sys.exit(f"unknown section(s) {unknown}; the sections are {', '.join(SECTIONS)}")
     print(f"torch {torch.__version__}, device {torch.tpu.get_device_name()}")
-    bench_adamw()
-    bench_second_process()
-    bench_long_traces()
-    bench_decode()
+    for name in sys.argv[1:] or SECTIONS:
+        SECTIONS[name]()
