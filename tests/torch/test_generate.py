@@ -93,3 +93,31 @@ def test_compiled_static_cache_decode_compiles_nothing_the_second_time(models, p
         after = torch.tpu.compile_cache_stats()["compiles"]
     assert torch.equal(first, want) and torch.equal(second, want)
     assert after == before
+
+
+def test_fused_static_cache_decode_compiles_only_the_ops_that_grow(models, prompt):
+    """Fused mode with the static cache: generate() appends each token to the
+    ids (`cat`) and reads the last one, so a few ops change shape every
+    token while the model's forward does not. Those ops run alone, and after
+    the first steps no fused program compiles again: each token compiles
+    only its small one-op programs (strict-mode misses). Before, the whole
+    step, forward included, compiled again for every token."""
+    cpu, tpu = models
+    seen = []
+
+    class Stats(transformers.LogitsProcessor):
+        def __call__(self, ids, scores):
+            s = torch.tpu.compile_cache_stats()
+            seen.append((s["compiles"], s["op_cache_misses"]))
+            return scores
+
+    kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0,
+              cache_implementation="static")
+    with torch.tpu.set_eager_mode("DEFER_AND_FUSE"), torch.no_grad():
+        want = cpu.generate(prompt, **kw)
+        got = tpu.generate(prompt.to("tpu"), logits_processor=[Stats()], **kw).cpu()
+    assert torch.equal(got, want)
+    # Programs compiled between two tokens that were not one-op programs.
+    fused = [(c1 - c0) - (m1 - m0) for (c0, m0), (c1, m1) in zip(seen, seen[1:])]
+    assert len(fused) == 11
+    assert fused[4:] == [0] * 7, fused
