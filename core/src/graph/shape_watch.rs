@@ -76,9 +76,10 @@ impl ShapeWatch {
     /// Sees the next op of `device`'s step: `kind` is its shape-free key,
     /// `signature` the hash of its exact signature.
     pub fn observe(&mut self, device: usize, kind: u64, signature: u64) -> Verdict {
-        if self.seen.len() >= MAX_POSITIONS {
+        if self.seen.len() >= MAX_POSITIONS || self.broad.len() >= MAX_POSITIONS {
             self.seen.clear();
             self.changing.clear();
+            self.broad.clear();
         }
         let step = self.steps.entry(device).or_default();
         step.chain = hash_of(&(step.chain, kind));
