@@ -102,6 +102,16 @@ def bench_decode() -> None:
             ms, (n, secs), got = decode(model, "tpu", cache, mode)
             print(f"{cache:8s} {name:16s} {ms:9.2f} {ms / cpu_ms:7.2f}x {n:16d} {secs:17.2f} "
                   f"{str(torch.equal(got, want)):>13s}")
+        # Fused mode as it was before the shape watch: every op recorded, so
+        # a step whose few ops change shape compiles whole (another process,
+        # since the setting is read when the runtime starts).
+        env = dict(os.environ, TORCHTPU_SHAPE_WATCH="0")
+        child = subprocess.run([sys.executable, __file__, "--fused-decode", cache], env=env, capture_output=True,
+                               text=True, check=True)
+        r = json.loads(child.stdout.strip().splitlines()[-1])
+        equal = r["tokens"] == want.tolist()
+        print(f"{cache:8s} {'fused, watch off':16s} {r['ms']:9.2f} {r['ms'] / cpu_ms:7.2f}x {r['compiles']:16d} "
+              f"{r['compile_s']:17.2f} {str(equal):>13s}")
 
 
 # ------------------------------------------------- AdamW under a schedule
@@ -227,7 +237,16 @@ def bench_long_traces() -> None:
 SECTIONS = {"adamw": bench_adamw, "second_process": bench_second_process, "long_traces": bench_long_traces,
             "decode": bench_decode}
 
+def fused_decode_child(cache: str) -> None:
+    """One fused-mode decode row, printed as JSON (see bench_decode)."""
+    ms, (n, secs), got = decode(gpt2().to("tpu"), "tpu", cache, "DEFER_AND_FUSE")
+    print(json.dumps({"ms": ms, "compiles": n, "compile_s": secs, "tokens": got.tolist()}))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--fused-decode"]:
+        fused_decode_child(sys.argv[2])
+        sys.exit(0)
     unknown = [a for a in sys.argv[1:] if a not in SECTIONS]
     if unknown:
         sys.exit(f"unknown section(s) {unknown}; the sections are {', '.join(SECTIONS)}")

@@ -41,6 +41,8 @@ const MAX_POSITIONS: usize = 1 << 16;
 
 #[derive(Debug, Default)]
 pub struct ShapeWatch {
+    /// `TORCHTPU_SHAPE_WATCH=0` turns the watch off: every op is recorded.
+    off: bool,
     /// The last signature seen at each position.
     seen: FxHashMap<u64, u64>,
     /// Positions whose signature changed the last time they were seen.
@@ -73,9 +75,17 @@ pub enum Verdict {
 }
 
 impl ShapeWatch {
+    /// A watch, off if `TORCHTPU_SHAPE_WATCH` is `0`.
+    pub fn from_env() -> ShapeWatch {
+        ShapeWatch { off: std::env::var("TORCHTPU_SHAPE_WATCH").is_ok_and(|v| v.trim() == "0"), ..Default::default() }
+    }
+
     /// Sees the next op of `device`'s step: `kind` is its shape-free key,
     /// `signature` the hash of its exact signature.
     pub fn observe(&mut self, device: usize, kind: u64, signature: u64) -> Verdict {
+        if self.off {
+            return Verdict::Fuse;
+        }
         if self.seen.len() >= MAX_POSITIONS || self.broad.len() >= MAX_POSITIONS {
             self.seen.clear();
             self.changing.clear();

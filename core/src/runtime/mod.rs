@@ -159,7 +159,7 @@ impl Runtime {
             infers: Mutex::new(InferTable::default()),
             failed: Mutex::new(HashMap::new()),
             fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseLoops::default()), max_ops }),
-            shape_watch: Mutex::new(ShapeWatch::default()),
+            shape_watch: Mutex::new(ShapeWatch::from_env()),
             programs: ProgramCache::new(cache_config),
             last_flush: Mutex::new(None),
             streams,
