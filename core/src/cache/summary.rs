@@ -109,10 +109,11 @@ pub fn explain(graph: &GraphSummary, known: &[GraphSummary]) -> String {
 }
 
 pub(super) fn explain_among<'a>(graph: &GraphSummary, known: impl IntoIterator<Item = &'a GraphSummary>) -> String {
-    let mut known: Vec<&GraphSummary> = known.into_iter().collect();
-    if known.is_empty() {
+    let all: Vec<&GraphSummary> = known.into_iter().collect();
+    if all.is_empty() {
         return "first graph compiled (no cached programs)".to_string();
     }
+    let mut known = all.clone();
     if known.iter().any(|k| k.strict == graph.strict) {
         known.retain(|k| k.strict == graph.strict);
     }
@@ -121,7 +122,7 @@ pub(super) fn explain_among<'a>(graph: &GraphSummary, known: impl IntoIterator<I
         // alone explain it; another op's program says nothing useful.
         known.retain(|k| matches!(k.nodes.as_slice(), [n] if n.op == node.op));
         if known.is_empty() {
-            return format!("first program of {} (no cached program runs this op alone)", node.op);
+            return alone_for_the_first_time(node, &all);
         }
     }
     // `min_by_key` keeps the first of equals, so callers list preferred
@@ -135,6 +136,27 @@ pub(super) fn explain_among<'a>(graph: &GraphSummary, known: impl IntoIterator<I
         if n == 1 { "" } else { "s" },
         first_difference(graph, nearest)
     )
+}
+
+/// Why an op alone missed when no cached program runs it alone. In fused
+/// mode that is an op whose shapes changed between steps, which now runs
+/// alone (graph/shape_watch.rs): the fused graph it ran in before is named,
+/// with the difference.
+fn alone_for_the_first_time(node: &NodeSummary, all: &[&GraphSummary]) -> String {
+    let inside = all.iter().flat_map(|k| k.nodes.iter().filter(|n| n.op == node.op).map(move |n| (*k, n)));
+    let nearest = inside.min_by_key(|(k, n)| (u8::from(node_detail(node, n).is_some()), k.nodes.len()));
+    match nearest {
+        Some((k, n)) => format!(
+            "no cached program runs {} alone; the nearest cached graph that runs it ({} nodes) {}",
+            node.op,
+            k.nodes.len(),
+            match node_detail(node, n) {
+                Some(detail) => format!("has it with {detail}"),
+                None => "has it with the same inputs and attributes".to_string(),
+            }
+        ),
+        None => format!("first program of {} (no cached program runs this op alone)", node.op),
+    }
 }
 
 /// How far apart two graphs are. A different op weighs more than a different
@@ -268,6 +290,18 @@ pub(super) mod tests {
         assert_eq!(
             explain(&summary("aten::sub.Tensor"), &known),
             "first program of aten::sub.Tensor (no cached program runs this op alone)"
+        );
+        // An op that ran only inside a fused graph (and now runs alone, its
+        // shape having changed) is explained by that graph's node.
+        let mut fused = summary("aten::mul.Scalar");
+        fused.nodes.push(summary("aten::relu").nodes.remove(0));
+        let mut relu = summary("aten::relu");
+        relu.strict = true;
+        relu.nodes[0].inputs[0].1 = vec![8, 32];
+        assert_eq!(
+            explain(&relu, &[fused]),
+            "no cached program runs aten::relu alone; the nearest cached graph that runs it (2 nodes) has it \
+             with input 0 shape [8, 32] vs [2, 3]"
         );
         // A strict op is explained by strict ops where there are any.
         let mut strict = summary("aten::add.Tensor");
