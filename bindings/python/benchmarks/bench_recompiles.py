@@ -50,9 +50,11 @@ def gpt2():
     return GPT2LMHeadModel(cfg).eval()
 
 
-def decode(model, device: str, cache: str, mode: str | None) -> tuple[float, tuple[int, float], torch.Tensor]:
-    """ms per token of a warm 64-token greedy decode, the programs compiled
-    by the first (cold) decode and their compile seconds, and the tokens."""
+def decode(model, device: str, cache: str, mode: str | None) -> dict:
+    """A 64-token greedy decode: the programs the first (cold) generate()
+    compiled, their compile seconds and its ms per token; then ms per token
+    warm (the median of three after one more run, which may still compile
+    what the first run learned), and the tokens."""
     prompt = torch.randint(1, 512, (1, 16), generator=torch.Generator().manual_seed(0)).to(device)
     kw = dict(max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False, pad_token_id=0)
     if cache == "static":
@@ -60,18 +62,22 @@ def decode(model, device: str, cache: str, mode: str | None) -> tuple[float, tup
     ctx = torch.tpu.set_eager_mode(mode) if mode else _nullcontext()
     with ctx, torch.no_grad():
         before = torch.tpu.compile_cache_stats() if mode else None
+        t = time.perf_counter()
         out = model.generate(prompt, **kw).cpu()
-        if mode:
-            after = torch.tpu.compile_cache_stats()
-            cold = (after["compiles"] - before["compiles"], after["compile_seconds"] - before["compile_seconds"])
-        else:
-            cold = (0, 0.0)
+        cold_ms = (time.perf_counter() - t) * 1e3 / TOKENS
+        after = torch.tpu.compile_cache_stats() if mode else None
         times = []
-        for _ in range(2):
+        for _ in range(4):
             t = time.perf_counter()
             model.generate(prompt, **kw).cpu()
             times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3 / TOKENS, cold, out
+    return {
+        "ms": statistics.median(times[1:]) * 1e3 / TOKENS,
+        "cold_ms": cold_ms,
+        "compiles": after["compiles"] - before["compiles"] if mode else 0,
+        "compile_s": after["compile_seconds"] - before["compile_seconds"] if mode else 0.0,
+        "tokens": out.tolist(),
+    }
 
 
 class _nullcontext:
@@ -82,36 +88,43 @@ class _nullcontext:
         return False
 
 
+# Each tpu row runs in a process of its own with an empty program cache, so
+# its cold figures are its own. "fused, watch off" is fused mode with every
+# op recorded (TORCHTPU_SHAPE_WATCH=0), as it was before the shape watch.
+DECODE_ROWS = {
+    "DEFER_NEVER": ("DEFER_NEVER", False, {}),
+    "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {}),
+    "fused, watch off": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
+    "torch.compile": ("DEFER_NEVER", True, {}),  # the forward compiled; generate()'s own ops strict
+}
+
+
+def decode_row_child(cache: str, row: str) -> None:
+    mode, compiled, _ = DECODE_ROWS[row]
+    model = gpt2().to("tpu")
+    if compiled:
+        model.forward = torch.compile(model.forward, backend="tpu")
+    print(json.dumps(decode(model, "tpu", cache, mode)))
+
+
 def bench_decode() -> None:
-    """Strict, fused and torch.compile (the forward compiled, generate()'s
-    own ops in strict mode) against the CPU. The cold columns count what
-    the first generate() compiled: 16 prompt tokens, then 64 steps."""
     print(f"\n== decode: GPT-2 (2 layers, d=128), {TOKENS} greedy tokens after a 16-token prompt")
-    print(f"{'cache':8s} {'mode':16s} {'ms/token':>9s} {'vs CPU':>8s} {'compiles (cold)':>16s} "
+    print("   cold: the first generate() in a new process with an empty program cache")
+    print(f"{'cache':8s} {'mode':17s} {'ms/token':>9s} {'vs CPU':>7s} {'cold ms/token':>14s} {'compiles (cold)':>16s} "
           f"{'compile s (cold)':>17s} {'tokens = CPU':>13s}")
     cpu_model = gpt2()
-    tpu_model = gpt2().to("tpu")
     for cache in ("dynamic", "static"):
-        cpu_ms, _, want = decode(cpu_model, "cpu", cache, None)
-        print(f"{cache:8s} {'CPU eager':16s} {cpu_ms:9.2f} {'1.00x':>8s} {'-':>16s} {'-':>17s} {'-':>13s}")
-        rows = [(mode, tpu_model, mode) for mode in MODES]
-        compiled = gpt2().to("tpu")
-        compiled.forward = torch.compile(compiled.forward, backend="tpu")
-        rows.append(("torch.compile", compiled, "DEFER_NEVER"))
-        for name, model, mode in rows:
-            ms, (n, secs), got = decode(model, "tpu", cache, mode)
-            print(f"{cache:8s} {name:16s} {ms:9.2f} {ms / cpu_ms:7.2f}x {n:16d} {secs:17.2f} "
-                  f"{str(torch.equal(got, want)):>13s}")
-        # Fused mode as it was before the shape watch: every op recorded, so
-        # a step whose few ops change shape compiles whole (another process,
-        # since the setting is read when the runtime starts).
-        env = dict(os.environ, TORCHTPU_SHAPE_WATCH="0")
-        child = subprocess.run([sys.executable, __file__, "--fused-decode", cache], env=env, capture_output=True,
-                               text=True, check=True)
-        r = json.loads(child.stdout.strip().splitlines()[-1])
-        equal = r["tokens"] == want.tolist()
-        print(f"{cache:8s} {'fused, watch off':16s} {r['ms']:9.2f} {r['ms'] / cpu_ms:7.2f}x {r['compiles']:16d} "
-              f"{r['compile_s']:17.2f} {str(equal):>13s}")
+        cpu = decode(cpu_model, "cpu", cache, None)
+        print(f"{cache:8s} {'CPU eager':17s} {cpu['ms']:9.2f} {'1.00x':>7s} {cpu['cold_ms']:14.2f} {'-':>16s} "
+              f"{'-':>17s} {'-':>13s}")
+        for row, (_, _, extra) in DECODE_ROWS.items():
+            with tempfile.TemporaryDirectory() as cache_dir:
+                env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir, **extra)
+                child = subprocess.run([sys.executable, __file__, "--decode-row", cache, row], env=env,
+                                       capture_output=True, text=True, check=True)
+            r = json.loads(child.stdout.strip().splitlines()[-1])
+            print(f"{cache:8s} {row:17s} {r['ms']:9.2f} {r['ms'] / cpu['ms']:6.2f}x {r['cold_ms']:14.2f} "
+                  f"{r['compiles']:16d} {r['compile_s']:17.2f} {str(r['tokens'] == cpu['tokens']):>13s}")
 
 
 # ------------------------------------------------- AdamW under a schedule
@@ -237,15 +250,9 @@ def bench_long_traces() -> None:
 SECTIONS = {"adamw": bench_adamw, "second_process": bench_second_process, "long_traces": bench_long_traces,
             "decode": bench_decode}
 
-def fused_decode_child(cache: str) -> None:
-    """One fused-mode decode row, printed as JSON (see bench_decode)."""
-    ms, (n, secs), got = decode(gpt2().to("tpu"), "tpu", cache, "DEFER_AND_FUSE")
-    print(json.dumps({"ms": ms, "compiles": n, "compile_s": secs, "tokens": got.tolist()}))
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--fused-decode"]:
-        fused_decode_child(sys.argv[2])
+    if sys.argv[1:2] == ["--decode-row"]:
+        decode_row_child(sys.argv[2], sys.argv[3])
         sys.exit(0)
     unknown = [a for a in sys.argv[1:] if a not in SECTIONS]
     if unknown:
