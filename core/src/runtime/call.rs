@@ -189,7 +189,8 @@ pub(crate) fn node_summary(def: &OpDef, args: &[Arg], tensors: &[TensorDesc]) ->
     let view = |t: &TensorDesc| {
         (t.layout != Layout::Whole).then(|| ViewOf { storage_numel: t.storage_numel, strides: t.strides.to_vec() })
     };
-    let views = if tensors.iter().any(|t| t.layout != Layout::Whole) { tensors.iter().map(view).collect() } else { Vec::new() };
+    let any_view = tensors.iter().any(|t| t.layout != Layout::Whole);
+    let views = if any_view { tensors.iter().map(view).collect() } else { Vec::new() };
     NodeSummary {
         op: def.name().to_string(),
         inputs: tensors.iter().map(|t| (t.dtype, t.sizes.to_vec())).collect(),
