@@ -132,6 +132,9 @@ fn a_growing_op_in_a_fused_step_runs_alone_and_the_rest_stays_cached() {
     // runs a fixed-shape part, and appends to the sequence. The fixed part
     // must stay one cached program; only the two growing ops, which run
     // alone, compile again.
+    // The watch is opt-in (TORCHTPU_SHAPE_WATCH=1), read when a runtime
+    // starts; other tests of this binary pass with it on too.
+    std::env::set_var("TORCHTPU_SHAPE_WATCH", "1");
     let rt = rt();
     set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
     let w = f32s(&rt, &[0.5, -0.25, 0.125, 1.0], &[2, 2]);

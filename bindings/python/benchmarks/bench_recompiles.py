@@ -89,13 +89,13 @@ class _nullcontext:
 
 
 # Each tpu row runs in a process of its own with an empty program cache, so
-# its cold figures are its own. "fused, watch off" is fused mode with every
-# op recorded (TORCHTPU_SHAPE_WATCH=0), as it was before the shape watch.
+# its cold figures are its own. "fused, watch on" runs ops whose shapes
+# change between steps alone (TORCHTPU_SHAPE_WATCH=1, opt-in).
 DECODE_ROWS = {
-    "DEFER_NEVER": ("DEFER_NEVER", False, {}),
-    "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {}),
-    "fused, watch off": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
-    "torch.compile": ("DEFER_NEVER", True, {}),  # the forward compiled; generate()'s own ops strict
+    "DEFER_NEVER": ("DEFER_NEVER", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
+    "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
+    "fused, watch on": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "1"}),
+    "torch.compile": ("DEFER_NEVER", True, {"TORCHTPU_SHAPE_WATCH": "0"}),  # the forward compiled
 }
 
 

@@ -41,7 +41,7 @@ const MAX_POSITIONS: usize = 1 << 16;
 
 #[derive(Debug, Default)]
 pub struct ShapeWatch {
-    /// `TORCHTPU_SHAPE_WATCH=0` turns the watch off: every op is recorded.
+    /// Off unless `TORCHTPU_SHAPE_WATCH=1`: every op is recorded.
     off: bool,
     /// The last signature seen at each position.
     seen: FxHashMap<u64, u64>,
@@ -62,6 +62,8 @@ struct Step {
     /// Ops seen in this step.
     ops: usize,
     first: Option<u64>,
+    /// Ops of this step whose shapes changed, and those that ran alone.
+    changed: usize,
     isolated: usize,
 }
 
@@ -75,9 +77,12 @@ pub enum Verdict {
 }
 
 impl ShapeWatch {
-    /// A watch, off if `TORCHTPU_SHAPE_WATCH` is `0`.
+    /// A watch, on only if `TORCHTPU_SHAPE_WATCH` is `1`. It is opt-in for
+    /// now: with it on, a second `generate()` of the same lengths under
+    /// `torch.compile` was seen to compile 2 programs more, which a watch
+    /// on by default must not do.
     pub fn from_env() -> ShapeWatch {
-        ShapeWatch { off: std::env::var("TORCHTPU_SHAPE_WATCH").is_ok_and(|v| v.trim() == "0"), ..Default::default() }
+        ShapeWatch { off: !std::env::var("TORCHTPU_SHAPE_WATCH").is_ok_and(|v| v.trim() == "1"), ..Default::default() }
     }
 
     /// Sees the next op of `device`'s step: `kind` is its shape-free key,
@@ -105,7 +110,11 @@ impl ShapeWatch {
             }
             None => {}
         }
-        if !self.changing.contains(&position) || self.broad.contains(&first) {
+        if !self.changing.contains(&position) {
+            return Verdict::Fuse;
+        }
+        step.changed += 1;
+        if self.broad.contains(&first) {
             return Verdict::Fuse;
         }
         step.isolated += 1;
@@ -127,6 +136,16 @@ impl ShapeWatch {
             return;
         }
         if let Some(step) = self.steps.get_mut(&device) {
+            // A step is left whole while it keeps having too many ops that
+            // change; another step that starts at the same position (the
+            // same ops first, after the same step) gets its chance again.
+            if let Some(first) = step.first {
+                if step.changed > MAX_ISOLATED {
+                    self.broad.insert(first);
+                } else {
+                    self.broad.remove(&first);
+                }
+            }
             if step.ops > 0 {
                 *step = Step { context: step.chain, ..Step::default() };
             }
@@ -176,6 +195,12 @@ mod tests {
         for n in 3..6 {
             assert!(step(&mut w, &ops(n)).iter().all(|v| *v == Fuse));
         }
+        // A step at the same first position in which only one op changes
+        // is left whole once, then gets its op run alone.
+        let few = |n: u64| (0..20).map(|k| (k, if k == 7 { n } else { 600 + k })).collect::<Vec<_>>();
+        assert!(step(&mut w, &few(1)).iter().all(|v| *v == Fuse));
+        assert!(step(&mut w, &few(2)).iter().all(|v| *v == Fuse));
+        assert_eq!(step(&mut w, &few(3))[7], Isolate);
     }
 
     #[test]
