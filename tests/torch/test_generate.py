@@ -13,8 +13,8 @@ transformers = pytest.importorskip("transformers")
 NEW_TOKENS = 8
 
 
-@pytest.fixture(scope="module")
-def models():
+def build_models():
+    """A small GPT-2 on the CPU and the same weights on tpu."""
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=96, n_positions=64,
                                   bos_token_id=0, eos_token_id=0)
@@ -24,9 +24,18 @@ def models():
     return cpu, tpu.eval().to("tpu")
 
 
+def build_prompt():
+    return torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def models():
+    return build_models()
+
+
 @pytest.fixture(scope="module")
 def prompt():
-    return torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(1))
+    return build_prompt()
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
@@ -96,15 +105,11 @@ def test_compiled_static_cache_decode_compiles_nothing_the_second_time(models, p
 
 
 FUSED_STATIC_DECODE = """
-import json, torch, transformers
-torch.manual_seed(0)
-cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=96, n_positions=64,
-                              bos_token_id=0, eos_token_id=0)
-cpu = transformers.GPT2LMHeadModel(cfg).eval()
-tpu = transformers.GPT2LMHeadModel(cfg)
-tpu.load_state_dict(cpu.state_dict())
-tpu = tpu.eval().to("tpu")
-prompt = torch.randint(1, 96, (2, 6), generator=torch.Generator().manual_seed(1))
+import json, sys, torch, transformers
+sys.path.insert(0, HERE)  # this directory, filled in below
+from test_generate import build_models, build_prompt
+cpu, tpu = build_models()
+prompt = build_prompt()
 seen = []
 
 class Stats(transformers.LogitsProcessor):
@@ -136,8 +141,8 @@ def test_fused_static_cache_decode_compiles_only_the_ops_that_grow(watch, tmp_pa
     import sys
 
     env = dict(os.environ, TORCHTPU_SHAPE_WATCH=watch, TORCHTPU_CACHE_DIR=str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", FUSED_STATIC_DECODE], env=env, capture_output=True, text=True,
-                       timeout=600)
+    script = FUSED_STATIC_DECODE.replace("HERE", repr(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["equal"]
