@@ -130,11 +130,11 @@ print(json.dumps({"equal": torch.equal(got, want), "seen": seen}))
 def test_fused_static_cache_decode_compiles_only_the_ops_that_grow(watch, tmp_path):
     """Fused mode with the static cache: generate() appends each token to the
     ids (`cat`) and reads the last one, so a few ops change shape every
-    token while the model's forward does not. With the shape watch on
-    (TORCHTPU_SHAPE_WATCH=1, opt-in) those ops run alone, and after the
-    first steps no fused program compiles again: each token compiles only
-    small one-op programs (strict-mode misses). With it off, the whole step,
-    forward included, compiles again for every token."""
+    token while the model's forward does not. With the shape watch on (the
+    default) those ops run alone, and after the first steps no fused
+    program compiles again: each token compiles only small one-op programs
+    (strict-mode misses). With it off (TORCHTPU_SHAPE_WATCH=0), the whole
+    step, forward included, compiles again for every token."""
     import json
     import os
     import subprocess

@@ -89,13 +89,14 @@ class _nullcontext:
 
 
 # Each tpu row runs in a process of its own with an empty program cache, so
-# its cold figures are its own. "fused, watch on" runs ops whose shapes
-# change between steps alone (TORCHTPU_SHAPE_WATCH=1, opt-in).
+# its cold figures are its own. The fused mode runs ops whose shapes grow
+# between steps alone (the shape watch, on by default); "fused, watch off"
+# records them with the rest (TORCHTPU_SHAPE_WATCH=0).
 DECODE_ROWS = {
-    "DEFER_NEVER": ("DEFER_NEVER", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
-    "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
-    "fused, watch on": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "1"}),
-    "torch.compile": ("DEFER_NEVER", True, {"TORCHTPU_SHAPE_WATCH": "0"}),  # the forward compiled
+    "DEFER_NEVER": ("DEFER_NEVER", False, {"TORCHTPU_SHAPE_WATCH": "1"}),
+    "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "1"}),
+    "fused, watch off": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
+    "torch.compile": ("DEFER_NEVER", True, {"TORCHTPU_SHAPE_WATCH": "1"}),  # the forward compiled
 }
 
 

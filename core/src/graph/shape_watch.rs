@@ -19,8 +19,15 @@
 //! the same positions whatever its shapes, together with the same chain of
 //! the step before it. That context keeps apart the starts of unrelated
 //! steps (two loops that both begin with a float matmul): a loop's step
-//! follows its own previous step. An op that comes back to the signature it
-//! had the step before is fused again.
+//! follows its own previous step.
+//!
+//! An op runs alone only when its last three signatures at its position are
+//! all different: it grows. Two steps that start alike and alternate (a
+//! `generate()`'s prefill after the decode steps of the one before it:
+//! decode, decode, prefill, decode) never give three different signatures,
+//! so neither is split; splitting them would compile a new prefill graph
+//! without its first op. An op that comes back to a signature it had is
+//! fused again.
 //!
 //! A step in which more than [`MAX_ISOLATED`] ops change shape (a growing
 //! KV cache: every attention op grows) is left fused: splitting it into
@@ -41,16 +48,36 @@ const MAX_POSITIONS: usize = 1 << 16;
 
 #[derive(Debug, Default)]
 pub struct ShapeWatch {
-    /// Off unless `TORCHTPU_SHAPE_WATCH=1`: every op is recorded.
+    /// Off with `TORCHTPU_SHAPE_WATCH=0`: every op is recorded.
     off: bool,
-    /// The last signature seen at each position.
-    seen: FxHashMap<u64, u64>,
-    /// Positions whose signature changed the last time they were seen.
-    changing: FxHashSet<u64>,
+    /// The last two signatures seen at each position.
+    seen: FxHashMap<u64, History>,
     /// Steps (by first position) with too many changing ops to split.
     broad: FxHashSet<u64>,
     /// Each device's current step.
     steps: FxHashMap<usize, Step>,
+}
+
+/// The last two signatures seen at one place: three different ones in a
+/// row are growth.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct History {
+    last: u64,
+    before: Option<u64>,
+}
+
+impl History {
+    pub(crate) fn new(signature: u64) -> History {
+        History { last: signature, before: None }
+    }
+
+
+    /// Whether `signature` after this history makes three different
+    /// signatures in a row, and the history with it.
+    pub(crate) fn grows(self, signature: u64) -> (bool, History) {
+        let grows = self.before.is_some_and(|b| b != self.last && b != signature) && self.last != signature;
+        (grows, History { last: signature, before: Some(self.last) })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -62,7 +89,7 @@ struct Step {
     /// Ops seen in this step.
     ops: usize,
     first: Option<u64>,
-    /// Ops of this step whose shapes changed, and those that ran alone.
+    /// Ops of this step that grow, and those that ran alone.
     changed: usize,
     isolated: usize,
 }
@@ -77,12 +104,9 @@ pub enum Verdict {
 }
 
 impl ShapeWatch {
-    /// A watch, on only if `TORCHTPU_SHAPE_WATCH` is `1`. It is opt-in for
-    /// now: with it on, a second `generate()` of the same lengths under
-    /// `torch.compile` was seen to compile 2 programs more, which a watch
-    /// on by default must not do.
+    /// A watch, on unless `TORCHTPU_SHAPE_WATCH` is `0`.
     pub fn from_env() -> ShapeWatch {
-        ShapeWatch { off: !std::env::var("TORCHTPU_SHAPE_WATCH").is_ok_and(|v| v.trim() == "1"), ..Default::default() }
+        ShapeWatch { off: std::env::var("TORCHTPU_SHAPE_WATCH").is_ok_and(|v| v.trim() == "0"), ..Default::default() }
     }
 
     /// Sees the next op of `device`'s step: `kind` is its shape-free key,
@@ -93,7 +117,6 @@ impl ShapeWatch {
         }
         if self.seen.len() >= MAX_POSITIONS || self.broad.len() >= MAX_POSITIONS {
             self.seen.clear();
-            self.changing.clear();
             self.broad.clear();
         }
         let step = self.steps.entry(device).or_default();
@@ -101,16 +124,12 @@ impl ShapeWatch {
         step.ops += 1;
         let position = hash_of(&(step.context, step.chain));
         let first = *step.first.get_or_insert(position);
-        match self.seen.insert(position, signature) {
-            Some(old) if old != signature => {
-                self.changing.insert(position);
-            }
-            Some(_) => {
-                self.changing.remove(&position);
-            }
-            None => {}
-        }
-        if !self.changing.contains(&position) {
+        let (grows, history) = match self.seen.get(&position) {
+            Some(h) => h.grows(signature),
+            None => (false, History::new(signature)),
+        };
+        self.seen.insert(position, history);
+        if !grows {
             return Verdict::Fuse;
         }
         step.changed += 1;
@@ -171,16 +190,35 @@ mod tests {
         let mut w = ShapeWatch::default();
         // Ops 1 and 3 keep their shapes; op 2 (a `cat` onto a growing
         // sequence) has a new signature every step. The first step has no
-        // step of its kind before it, the second is the first seen after
-        // one: neither is compared.
+        // step of its kind before it; from the second on, positions repeat,
+        // and the third signature in a row that differs from both before it
+        // shows growth.
         assert_eq!(step(&mut w, &[(1, 10), (2, 98), (3, 30)]), [Fuse, Fuse, Fuse]);
         assert_eq!(step(&mut w, &[(1, 10), (2, 99), (3, 30)]), [Fuse, Fuse, Fuse]);
-        assert_eq!(step(&mut w, &[(1, 10), (2, 100), (3, 30)]), [Fuse, Isolate, Fuse]);
+        assert_eq!(step(&mut w, &[(1, 10), (2, 100), (3, 30)]), [Fuse, Fuse, Fuse]);
         for n in 101..105 {
             assert_eq!(step(&mut w, &[(1, 10), (2, n), (3, 30)]), [Fuse, Isolate, Fuse]);
         }
-        // Back to the same signature twice: fused again.
+        // Back to the same signature: fused again.
         assert_eq!(step(&mut w, &[(1, 10), (2, 104), (3, 30)]), [Fuse, Fuse, Fuse]);
+    }
+
+    #[test]
+    fn steps_that_start_alike_and_alternate_stay_whole() {
+        let mut w = ShapeWatch::default();
+        // A decode step, and a prefill step that starts with the same ops
+        // at other shapes. Each prefill follows a decode step, as the
+        // decode steps do, so its first ops take their positions: the
+        // signatures there go decode, decode, prefill, decode, ... which
+        // is not growth.
+        let decode = [(1, 10), (2, 20), (3, 30)];
+        let prefill = [(1, 11), (2, 21), (4, 40)];
+        for _ in 0..3 {
+            for _ in 0..4 {
+                assert!(step(&mut w, &decode).iter().all(|v| *v == Fuse));
+            }
+            assert!(step(&mut w, &prefill).iter().all(|v| *v == Fuse));
+        }
     }
 
     #[test]
@@ -189,15 +227,16 @@ mod tests {
         let ops = |n: u64| (0..20).map(|k| (k, n * 100 + k)).collect::<Vec<_>>();
         step(&mut w, &ops(0));
         step(&mut w, &ops(1));
-        let second = step(&mut w, &ops(2));
-        assert_eq!(second.iter().filter(|v| **v == Isolate).count(), MAX_ISOLATED);
+        step(&mut w, &ops(2));
+        let growing = step(&mut w, &ops(3));
+        assert_eq!(growing.iter().filter(|v| **v == Isolate).count(), MAX_ISOLATED);
         // Remembered: later steps are left whole.
-        for n in 3..6 {
+        for n in 4..7 {
             assert!(step(&mut w, &ops(n)).iter().all(|v| *v == Fuse));
         }
-        // A step at the same first position in which only one op changes
-        // is left whole once, then gets its op run alone.
-        let few = |n: u64| (0..20).map(|k| (k, if k == 7 { n } else { 600 + k })).collect::<Vec<_>>();
+        // A step at the same first position in which only one op grows is
+        // left whole once, then gets its op run alone.
+        let few = |n: u64| (0..20).map(|k| (k, if k == 7 { n } else { 900 + k })).collect::<Vec<_>>();
         assert!(step(&mut w, &few(1)).iter().all(|v| *v == Fuse));
         assert!(step(&mut w, &few(2)).iter().all(|v| *v == Fuse));
         assert_eq!(step(&mut w, &few(3))[7], Isolate);
@@ -206,32 +245,33 @@ mod tests {
     #[test]
     fn positions_follow_the_step_not_the_device_or_the_flushes() {
         let mut w = ShapeWatch::default();
-        step(&mut w, &[(1, 10), (2, 20)]);
-        step(&mut w, &[(1, 10), (2, 20)]);
+        step(&mut w, &[(1, 10), (2, 20), (3, 30)]);
+        step(&mut w, &[(1, 10), (2, 20), (3, 30)]);
+        step(&mut w, &[(1, 10), (2, 21), (3, 31)]);
         // Another device's ops do not disturb device 0's positions.
         assert_eq!(w.observe(1, 7, 70), Fuse);
         assert_eq!(w.observe(0, 1, 10), Fuse);
-        assert_eq!(w.observe(0, 2, 21), Isolate);
+        assert_eq!(w.observe(0, 2, 22), Isolate);
         // The flush made for the isolated op keeps the chain: op 3 is at
-        // the same position it would have had without it.
+        // the position it would have had without it, where it grows.
         w.flushed(0, true);
-        assert_eq!(w.observe(0, 3, 30), Fuse);
+        assert_eq!(w.observe(0, 3, 32), Isolate);
         w.flushed(0, false);
         // An empty flush does not end a step's context.
         w.flushed(0, false);
-        step(&mut w, &[(1, 10), (2, 22), (3, 30)]);
-        assert_eq!(step(&mut w, &[(1, 10), (2, 23), (3, 31)]), [Fuse, Isolate, Isolate]);
+        assert_eq!(step(&mut w, &[(1, 10), (2, 23), (3, 33)]), [Fuse, Isolate, Isolate]);
     }
 
     #[test]
     fn unrelated_steps_that_start_alike_are_not_compared() {
         let mut w = ShapeWatch::default();
-        // Loop A's step (ops 1, 2) and then loop B's (ops 1, 2, 3), with
-        // other shapes: B's first op follows another step than A's did.
-        for _ in 0..3 {
-            step(&mut w, &[(1, 10), (2, 20)]);
+        // Loop A's step (ops 1, 2), growing, and then loop B's (ops 1, 2,
+        // 3), with other shapes: B's first op follows another step than
+        // A's did, so it does not continue A's history.
+        for i in 0..4 {
+            step(&mut w, &[(1, 10 + i), (2, 20 + i)]);
         }
         step(&mut w, &[(5, 50)]);
-        assert_eq!(step(&mut w, &[(1, 11), (2, 21), (3, 30)]), [Fuse, Fuse, Fuse]);
+        assert_eq!(step(&mut w, &[(1, 40), (2, 41), (3, 30)]), [Fuse, Fuse, Fuse]);
     }
 }
