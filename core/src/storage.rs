@@ -35,6 +35,9 @@ pub struct Storage {
     device: usize,
     dtype: DType,
     numel: i64,
+    /// Elements the tensor it was made for uses, when the storage was made
+    /// with room to grow ([`Storage::grown`]); `None` otherwise.
+    used: Option<i64>,
     value: Mutex<StorageValue>,
 }
 
@@ -46,7 +49,20 @@ impl std::fmt::Debug for Storage {
 
 impl Storage {
     pub fn new(owner: u64, device: usize, dtype: DType, numel: i64, value: StorageValue) -> Arc<Storage> {
-        Arc::new(Storage { owner, device, dtype, numel, value: Mutex::new(value) })
+        Arc::new(Storage { owner, device, dtype, numel, used: None, value: Mutex::new(value) })
+    }
+
+    /// A storage of `numel` elements (a shape bucket) made for a tensor
+    /// that uses its first `used`, and that grows from call to call (see
+    /// [`crate::runtime`]'s `grow`): small views of it read at runtime
+    /// strides, so they compile once per bucket, not once per size.
+    pub fn grown(owner: u64, device: usize, dtype: DType, numel: i64, used: i64, value: StorageValue) -> Arc<Storage> {
+        Arc::new(Storage { owner, device, dtype, numel, used: Some(used), value: Mutex::new(value) })
+    }
+
+    /// The elements its tensor uses, if it was made with room to grow.
+    pub fn used(&self) -> Option<i64> {
+        self.used
     }
 
     /// The id of the runtime that made this storage.

@@ -23,6 +23,11 @@ pub enum Layout {
     Strided(Strided),
     /// General: a gather with computed indices.
     Gather,
+    /// A gather at indices computed from a runtime offset and runtime
+    /// strides ([`read_at`], [`write_at`]), so one program serves every
+    /// stride. [`classify`] never gives it: the runtime picks it for a small
+    /// view of a storage that grows (its strides change with the storage).
+    Runtime,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -105,15 +110,64 @@ pub fn read(f: &mut Func, storage: V, layout: &Layout, offset: Option<V>, sizes:
             let bdims: Vec<i64> = by_dim.iter().map(|&d| d as i64).collect();
             f.broadcast_in_dim(t, &bdims, sizes)
         }
-        Layout::Gather => {
+        Layout::Gather | Layout::Runtime => {
             let idx = element_indices(f, offset.unwrap(), sizes, strides);
-            let rank = sizes.len() as i64;
-            let mut idx_dims: Dims = sizes.into();
-            idx_dims.push(1);
-            let idx = f.reshape(idx, &idx_dims);
-            f.gather(storage, idx, &[], &[0], &[0], rank, &[1], sizes)
+            gather_at(f, storage, idx, sizes)
         }
     }
+}
+
+/// The elements at `idx` (shape `sizes`, i64) of a rank-1 storage.
+fn gather_at(f: &mut Func, storage: V, idx: V, sizes: &[i64]) -> V {
+    let rank = sizes.len() as i64;
+    let mut idx_dims: Dims = sizes.into();
+    idx_dims.push(1);
+    let idx = f.reshape(idx, &idx_dims);
+    f.gather(storage, idx, &[], &[0], &[0], rank, &[1], sizes)
+}
+
+/// A [`Layout::Runtime`] view's elements as a value of shape `sizes`:
+/// `offset` is a rank-0 i64 value and `strides` a rank-1 i64 value with one
+/// entry per dim.
+pub fn read_at(f: &mut Func, storage: V, offset: V, strides: V, sizes: &[i64]) -> V {
+    let elem = f.ty(storage).elem;
+    if shape::numel(sizes) == 0 {
+        return f.splat(&Ty::new(elem, sizes), 0.0);
+    }
+    let idx = runtime_indices(f, offset, strides, sizes);
+    gather_at(f, storage, idx, sizes)
+}
+
+/// Writes `value` (shape `sizes`) through a [`Layout::Runtime`] view;
+/// returns the new storage value.
+pub fn write_at(f: &mut Func, storage: V, offset: V, strides: V, sizes: &[i64], value: V) -> V {
+    let numel = shape::numel(sizes);
+    if numel == 0 {
+        return storage;
+    }
+    let idx = runtime_indices(f, offset, strides, sizes);
+    let idx = f.reshape(idx, &[numel, 1]);
+    let upd = f.reshape(value, &[numel]);
+    f.scatter(storage, idx, upd, &[], &[0], &[0], 1, None)
+}
+
+/// `offset + sum_i iota_i * strides[i]` over `sizes`, as i64, with the
+/// strides a runtime vector.
+fn runtime_indices(f: &mut Func, offset: V, strides: V, sizes: &[i64]) -> V {
+    let ty = Ty::new(Elem::I64, sizes);
+    let mut idx = f.broadcast_in_dim(offset, &[], sizes);
+    for d in 0..sizes.len() {
+        if sizes[d] <= 1 {
+            continue;
+        }
+        let st = f.slice(strides, &[d as i64], &[d as i64 + 1], &[1]);
+        let st = f.reshape(st, &[]);
+        let st = f.broadcast_in_dim(st, &[], sizes);
+        let io = f.iota(&ty, d);
+        let term = f.mul(io, st);
+        idx = f.add(idx, term);
+    }
+    idx
 }
 
 /// Writes `value` (shape `sizes`) through the view; returns the new storage value.
@@ -161,7 +215,7 @@ pub fn write(
             let block = f.slice(flat, &[0], &[s.extent], &[1]);
             f.dynamic_update_slice(storage, block, &[offset])
         }
-        Layout::Gather => {
+        Layout::Gather | Layout::Runtime => {
             let idx = element_indices(f, offset.unwrap(), sizes, strides);
             let idx = f.reshape(idx, &[numel, 1]);
             let upd = f.reshape(value, &[numel]);

@@ -131,7 +131,7 @@ fn a_growing_op_in_a_fused_step_runs_alone_and_the_rest_stays_cached() {
     // sequence that grows by one (a view of a storage whose size changes),
     // runs a fixed-shape part, and appends to the sequence. The fixed part
     // must stay one cached program; only the two growing ops, which run
-    // alone, compile again.
+    // alone, compile again, until the sequence grows in buckets.
     let rt = rt();
     set_thread_mode(Some(ExecMode::DeferAndFuse)).unwrap();
     let w = f32s(&rt, &[0.5, -0.25, 0.125, 1.0], &[2, 2]);
@@ -139,7 +139,8 @@ fn a_growing_op_in_a_fused_step_runs_alone_and_the_rest_stays_cached() {
     let mut ids = i64s(&rt, &[7], &[1]);
     let mut want = [1.0f32, 2.0];
     let mut want_ids = vec![7i64];
-    for step in 0..8 {
+    let mut last_bucket = 0;
+    for step in 0..20 {
         let n = ids.sizes()[0];
         let last = ids.view_of("test", n - 1, &[1], &[1]).unwrap();
         let twice = rt.call1("aten::mul.Scalar", &[(&last).into(), Value::Scalar(Scalar::Int(2))]).unwrap();
@@ -151,11 +152,23 @@ fn a_growing_op_in_a_fused_step_runs_alone_and_the_rest_stays_cached() {
         // Step 1 (the cat of step 0 first) is the first of its kind and
         // step 2 the first to follow one; step 4 gives the growing ops their
         // third signature in a row, runs them alone and compiles the fixed
-        // part alone.
-        if step >= 5 {
+        // part alone. Strict mode then sees the cat grow and writes the ids
+        // into a storage of a bucket's size (`runtime/grow.rs`), from step
+        // 6; the read of their last id no longer depends on their size, so
+        // it joins the fused graph, which compiles once for that (step 7)
+        // and then once per bucket.
+        let bucket = ids.storage().numel();
+        if step == 5 || step == 6 {
             assert_eq!(flush.lowered, 3, "step {step}: the fixed part alone (mm, tanh, mul)");
             assert_eq!(flush.tier, Some("memory"), "step {step}: the fixed part must not compile again");
         }
+        if step >= 7 {
+            assert_eq!(flush.lowered, 4, "step {step}: the fixed part and the read of the grown ids");
+            if step > 7 && bucket == last_bucket {
+                assert_eq!(flush.tier, Some("memory"), "step {step}: the graph must not compile within a bucket");
+            }
+        }
+        last_bucket = bucket;
         ids = rt.call1("aten::cat", &[Value::TensorList(vec![ids.clone(), twice]), Value::Int(0)]).unwrap();
         want = [
             1.5 * (want[0] * 0.5 + want[1] * 0.125).tanh(),

@@ -97,6 +97,9 @@ pub struct Node<'a> {
     /// The offset of each tensor argument (a runtime argument; everything
     /// else about the tensors is in the signature).
     pub offsets: &'a [i64],
+    /// The strides of each tensor argument read at runtime strides
+    /// ([`crate::view::Layout::Runtime`]), concatenated in argument order.
+    pub strides: &'a [i64],
     /// Index of the call's inferred lowering in the runtime's table.
     pub infer: u32,
     /// Runtime scalar arguments: (argument index, value).
@@ -241,6 +244,7 @@ impl Recording {
                 (a, s.bits()).hash(&mut h);
             }
             node.offsets.hash(&mut h);
+            node.strides.hash(&mut h);
             match seen.entry((h.finish(), node.key, srcs)) {
                 std::collections::hash_map::Entry::Occupied(e) => rep[i] = *e.get(),
                 std::collections::hash_map::Entry::Vacant(v) => {

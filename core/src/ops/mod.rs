@@ -86,6 +86,9 @@ pub enum ParamSrc {
     Storage(usize),
     /// The offset (i64) of the call's n-th tensor.
     Offset(usize),
+    /// The strides (a vector of i64, one per dim) of the call's n-th
+    /// tensor, read at runtime strides ([`crate::view::Layout::Runtime`]).
+    Strides(usize),
     /// Scalar argument `arg`, converted to `elem`.
     Scalar { arg: usize, elem: Elem },
     /// A fresh `tensor<2xui64>` RNG state from the call's generator (its

@@ -126,6 +126,18 @@ impl Flat {
                 self.slots.len() - 1
             }
         };
+        let mut layout = view::classify(t.storage().numel(), t.offset(), t.sizes(), t.strides());
+        // A small strided view of a storage that grows (the last token of
+        // the ids `generate()` appends to) has strides that change with the
+        // storage: read at runtime strides, it compiles once per bucket. A
+        // view that covers most of the tensor changes shape with it anyway,
+        // and reads faster as a strided slice.
+        if let Some(used) = t.storage().used() {
+            let small = t.numel().saturating_mul(2) <= used && t.sizes().iter().any(|&n| n > 1);
+            if small && matches!(layout, Layout::Strided(_) | Layout::Gather) {
+                layout = Layout::Runtime;
+            }
+        }
         self.tensors.push(TensorDesc {
             slot,
             dtype: t.dtype(),
@@ -133,7 +145,7 @@ impl Flat {
             offset: t.offset(),
             sizes: t.sizes().into(),
             strides: t.strides().into(),
-            layout: view::classify(t.storage().numel(), t.offset(), t.sizes(), t.strides()),
+            layout,
         });
     }
 }
@@ -152,8 +164,13 @@ pub(crate) fn signature(id: usize, def: &OpDef, bound: &[Value], flat: &Flat, in
             Layout::Block => 'B',
             Layout::Strided(_) => 'S',
             Layout::Gather => 'G',
+            Layout::Runtime => 'R',
         };
-        let _ = write!(k, "T{}:{}:{}{}{:?}{:?}", t.slot, t.storage_numel, t.dtype.code(), layout, t.sizes, t.strides);
+        let _ = write!(k, "T{}:{}:{}{}{:?}", t.slot, t.storage_numel, t.dtype.code(), layout, t.sizes);
+        // Runtime strides are arguments, not part of the program.
+        if t.layout != Layout::Runtime {
+            let _ = write!(k, "{:?}", t.strides);
+        }
         ti += 1;
     };
     for v in bound {
@@ -239,13 +256,20 @@ pub(crate) fn lower_call(
     let op = def.name();
     let mut reads = Vec::with_capacity(tensors.len());
     let mut offsets = Vec::with_capacity(tensors.len());
+    let mut runtime_strides = Vec::with_capacity(tensors.len());
     for (ti, t) in tensors.iter().enumerate() {
         // A view may be far larger than its storage (expand with stride 0);
         // reading it in a program materializes it.
         shape::checked_numel(&format!("{op}: input tensor {ti}"), &t.sizes, t.dtype.size())?;
         let offset = (t.layout != Layout::Whole).then(|| cx.param(Ty::scalar(Elem::I64), ParamSrc::Offset(ti)));
-        reads.push(view::read(&mut cx.f, slot_vals[t.slot], &t.layout, offset, &t.sizes, &t.strides));
+        let strides = (t.layout == Layout::Runtime)
+            .then(|| cx.param(Ty::new(Elem::I64, &[t.sizes.len() as i64]), ParamSrc::Strides(ti)));
+        reads.push(match (offset, strides) {
+            (Some(o), Some(st)) => view::read_at(&mut cx.f, slot_vals[t.slot], o, st, &t.sizes),
+            _ => view::read(&mut cx.f, slot_vals[t.slot], &t.layout, offset, &t.sizes, &t.strides),
+        });
         offsets.push(offset);
+        runtime_strides.push(strides);
     }
 
     let inputs = lowering_inputs(def, args, first_of_arg, &reads);
@@ -299,7 +323,10 @@ pub(crate) fn lower_call(
         }
         let v = cx.f.convert(v, t.dtype);
         let base = slot_new[t.slot].unwrap_or(slot_vals[t.slot]);
-        slot_new[t.slot] = Some(view::write(&mut cx.f, base, &t.layout, offsets[ti], &t.sizes, &t.strides, v));
+        slot_new[t.slot] = Some(match (offsets[ti], runtime_strides[ti]) {
+            (Some(o), Some(st)) => view::write_at(&mut cx.f, base, o, st, &t.sizes, v),
+            _ => view::write(&mut cx.f, base, &t.layout, offsets[ti], &t.sizes, &t.strides, v),
+        });
         Ok(())
     };
 

@@ -142,6 +142,11 @@ impl Runtime {
             }
         }
 
+        if def.name() == "aten::cat" {
+            if let Some(out) = self.grown_cat(bound, &flat, device)? {
+                return Ok(out);
+            }
+        }
         let cached = self.signatures.lock().get(&key);
         let compiled = match cached {
             Some(c) => {
@@ -250,6 +255,7 @@ impl Runtime {
             args.push(match src {
                 ParamSrc::Storage(s) => slot_bufs[*s].clone(),
                 ParamSrc::Offset(t) => self.scalar_buffer(device, Elem::I64, Scalar::Int(flat.tensors[*t].offset))?,
+                ParamSrc::Strides(t) => self.ints_buffer(device, &flat.tensors[*t].strides)?,
                 ParamSrc::Scalar { arg, elem } => match &bound[*arg] {
                     Value::Scalar(s) => self.scalar_buffer(device, *elem, *s)?,
                     other => return Err(Error::Internal(format!("{op}: argument {arg} is {}, not a scalar", other.type_name()))),

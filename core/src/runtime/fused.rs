@@ -25,6 +25,7 @@ use crate::pjrt::{Buffer, CompileOptions};
 use crate::shape;
 use crate::storage::{Storage, StorageValue};
 use crate::tensor::{Scalar, Tensor, Value};
+use crate::view::Layout;
 
 /// What recording a signature needs, inferred once by lowering it alone.
 pub(crate) struct Inferred {
@@ -64,6 +65,8 @@ enum FusedArg {
     Buffer(u32),
     Scalar(Elem, Scalar),
     Rng([u64; 2]),
+    /// A rank-1 i64 vector (a view's runtime strides).
+    Ints(Vec<i64>),
 }
 
 impl Runtime {
@@ -140,6 +143,12 @@ impl Runtime {
             hash = hash_of(&(hash, rec.src_hash(s)));
         }
         let offsets: Vec<i64> = flat.tensors.iter().map(|t| t.offset).collect();
+        let strides: Vec<i64> = flat
+            .tensors
+            .iter()
+            .filter(|t| t.layout == Layout::Runtime)
+            .flat_map(|t| t.strides.iter().copied())
+            .collect();
         let scalars: Vec<(u32, Scalar)> = if def.static_scalars {
             Vec::new()
         } else {
@@ -152,6 +161,7 @@ impl Runtime {
             hash,
             slots: rec.alloc(&srcs),
             offsets: rec.alloc(&offsets),
+            strides: rec.alloc(&strides),
             infer,
             scalars: rec.alloc(&scalars),
             rng: rec.alloc(&rng),
@@ -315,8 +325,14 @@ impl Runtime {
                 });
             }
             let mut tensors = inf.tensors.clone();
+            let mut runtime_strides = node.strides;
             for (t, &off) in tensors.iter_mut().zip(node.offsets) {
                 t.offset = off;
+                if t.layout == Layout::Runtime {
+                    let (these, rest) = runtime_strides.split_at(t.sizes.len().min(runtime_strides.len()));
+                    t.strides = these.into();
+                    runtime_strides = rest;
+                }
             }
             cx.reset_scalars();
             let lowered = lower_call(&mut cx, def, &inf.args, &tensors, &inf.first_of_arg, &slot_vals)?;
@@ -327,6 +343,7 @@ impl Runtime {
                 args.push(match src {
                     ParamSrc::Storage(p) => FusedArg::Buffer(*p as u32),
                     ParamSrc::Offset(t) => FusedArg::Scalar(Elem::I64, Scalar::Int(node.offsets[*t])),
+                    ParamSrc::Strides(t) => FusedArg::Ints(tensors[*t].strides.to_vec()),
                     ParamSrc::Scalar { arg, elem } => {
                         let v = node.scalars.iter().find(|(a, _)| *a as usize == *arg).map(|(_, v)| *v).ok_or_else(|| {
                             Error::Internal(format!("{}: scalar argument {arg} was not recorded", def.name()))
@@ -380,6 +397,7 @@ impl Runtime {
             bufs.push(match a {
                 FusedArg::Buffer(p) => rec.params[*p as usize].buffer.clone(),
                 FusedArg::Scalar(elem, v) => self.scalar_buffer(device, *elem, *v)?,
+                FusedArg::Ints(values) => self.ints_buffer(device, values)?,
                 FusedArg::Rng(state) => {
                     let bytes: Vec<u8> = state.iter().flat_map(|w| w.to_le_bytes()).collect();
                     Arc::new(self.client.buffer_from_host(&bytes, Elem::U64.element_type(), &[2], device)?)

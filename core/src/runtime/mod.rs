@@ -10,6 +10,7 @@ mod collective;
 mod dispatch;
 mod eager;
 mod fused;
+mod grow;
 mod materialize;
 mod memory;
 mod programs;
@@ -91,6 +92,8 @@ pub struct Runtime {
     fusion: Mutex<FusionConfig>,
     /// Ops whose shapes change between steps (graph/shape_watch.rs).
     shape_watch: Mutex<ShapeWatch>,
+    /// Concatenations that grow from call to call ([`grow`]).
+    growth: Mutex<grow::Growth>,
     programs: ProgramCache,
     last_flush: Mutex<Option<FlushInfo>>,
     /// Default, created and per-thread current streams of every device.
@@ -160,6 +163,7 @@ impl Runtime {
             failed: Mutex::new(HashMap::new()),
             fusion: Mutex::new(FusionConfig { policy: Arc::new(FuseLoops::default()), max_ops }),
             shape_watch: Mutex::new(ShapeWatch::from_env()),
+            growth: Mutex::new(grow::Growth::default()),
             programs: ProgramCache::new(cache_config),
             last_flush: Mutex::new(None),
             streams,
@@ -410,6 +414,23 @@ impl Runtime {
         if want == 0 {
             return Ok(());
         }
+        // A contiguous view of a storage made with room to grow (a shape
+        // bucket) is a range of its buffer: reading the buffer and keeping
+        // the range compiles nothing, where a copy would compile for each
+        // size of the tensor.
+        if t.is_contiguous() && t.storage().used().is_some() {
+            let buf = self.materialize(t.storage(), "to_host", FlushReason::HostRead)?;
+            self.index_checks.resolve()?;
+            let size = t.dtype().size();
+            let mut all = vec![0u8; t.storage().nbytes()];
+            buf.to_host(&mut all)?;
+            let start = t.offset() as usize * size;
+            let range = all.get(start..start + want).ok_or_else(|| {
+                Error::Internal(format!("to_host: a view at {} past its storage of {}", t.offset(), t.storage().numel()))
+            })?;
+            dst.copy_from_slice(range);
+            return Ok(());
+        }
         let dense = if t.is_whole_storage() {
             t.clone()
         } else {
@@ -551,6 +572,13 @@ impl Runtime {
         }
         cache.insert(key, buf.clone());
         Ok(buf)
+    }
+
+    /// A rank-1 i64 buffer on `device` holding `values` (a view's runtime
+    /// strides).
+    fn ints_buffer(&self, device: usize, values: &[i64]) -> Result<Arc<Buffer>> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(Arc::new(self.client.buffer_from_host(&bytes, Elem::I64.element_type(), &[values.len() as i64], device)?))
     }
 
     /// Parses a `Device` argument: an index, `"tpu"` or `"tpu:N"`.
