@@ -106,6 +106,7 @@ def test_compiled_static_cache_decode_compiles_nothing_the_second_time(models, p
 
 FUSED_STATIC_DECODE = """
 import json, sys, torch, transformers
+TOKENS = 30
 sys.path.insert(0, HERE)  # this directory, filled in below
 from test_generate import build_models, build_prompt
 cpu, tpu = build_models()
@@ -115,15 +116,32 @@ seen = []
 class Stats(transformers.LogitsProcessor):
     def __call__(self, ids, scores):
         s = torch.tpu.compile_cache_stats()
-        seen.append((s["compiles"], s["op_cache_misses"]))
+        seen.append((s["compiles"], s["op_cache_misses"], ids.numel()))
         return scores
 
-kw = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0, cache_implementation="static")
+kw = dict(max_new_tokens=TOKENS, min_new_tokens=TOKENS, do_sample=False, pad_token_id=0, cache_implementation="static")
 with torch.tpu.set_eager_mode("DEFER_AND_FUSE"), torch.no_grad():
     want = cpu.generate(prompt, **kw)
     got = tpu.generate(prompt.to("tpu"), logits_processor=[Stats()], **kw).cpu()
 print(json.dumps({"equal": torch.equal(got, want), "seen": seen}))
 """
+
+
+def bucket(n: int) -> int:
+    """The shape bucket of n elements: the next power of two."""
+    return 1 << (n - 1).bit_length()
+
+
+def quiet_tokens(numels: list[int], start: int) -> list[int]:
+    """The intervals between tokens (from `start` on) far from a move of the
+    ids to a new bucket: interval i runs from the logits of token i (ids of
+    numels[i] elements) to those of token i + 1. The interval of a move
+    appends into the new bucket, and the one after reads from it;
+    generate() also appends to its attention mask, one token ahead of the
+    ids, so the interval before a move may compile too."""
+    moves = {i for i in range(len(numels) - 1) if bucket(numels[i + 1]) != bucket(numels[i])}
+    near = {j for m in moves for j in (m - 1, m, m + 1)}
+    return [i for i in range(start, len(numels) - 1) if i not in near]
 
 
 @pytest.mark.parametrize("watch", ["1", "0"])
@@ -147,10 +165,49 @@ def test_fused_static_cache_decode_compiles_only_the_ops_that_grow(watch, tmp_pa
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["equal"]
     seen = result["seen"]
+    compiles = [c1 - c0 for (c0, _, _), (c1, _, _) in zip(seen, seen[1:])]
     # Programs compiled between two tokens that were not one-op programs.
-    fused = [(c1 - c0) - (m1 - m0) for (c0, m0), (c1, m1) in zip(seen, seen[1:])]
-    assert len(fused) == 11
+    fused = [(c1 - c0) - (m1 - m0) for (c0, m0, _), (c1, m1, _) in zip(seen, seen[1:])]
+    assert len(fused) == 29
     if watch == "1":
-        assert fused[4:] == [0] * 7, fused
+        # The watch learns by token 4 and runs the growing ops alone; by
+        # token 8 the cat has grown the ids into a bucket, and the reads of
+        # their last token rejoin the fused graph. From then on nothing
+        # compiles, fused or not, but when the ids move to a new bucket.
+        quiet = quiet_tokens([n for _, _, n in seen], 8)
+        assert len(quiet) >= 14, quiet
+        assert [compiles[i] for i in quiet] == [0] * len(quiet), compiles
     else:
         assert all(n >= 1 for n in fused[4:]), fused
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["strict", "torch.compile"])
+def test_static_cache_decode_compiles_only_for_new_buckets(models, prompt, compiled):
+    """Strict mode, and torch.compile over the forward, with the static
+    cache: the forward never changes shape, and generate()'s own ops on the
+    growing ids (the cat that appends a token, the reads of the last one)
+    compile once per bucket of the ids' size, not once per token."""
+    cpu, _ = models
+    model = transformers.GPT2LMHeadModel(cpu.config)
+    model.load_state_dict(cpu.state_dict())
+    model = model.eval().to("tpu")
+    if compiled:
+        model.forward = torch.compile(model.forward, backend="tpu")
+    seen = []
+
+    class Stats(transformers.LogitsProcessor):
+        def __call__(self, ids, scores):
+            seen.append((torch.tpu.compile_cache_stats()["compiles"], ids.numel()))
+            return scores
+
+    kw = dict(max_new_tokens=30, min_new_tokens=30, do_sample=False, pad_token_id=0, cache_implementation="static")
+    with torch.tpu.set_eager_mode("DEFER_NEVER"), torch.no_grad():
+        want = cpu.generate(prompt, **kw)
+        got = model.generate(prompt.to("tpu"), logits_processor=[Stats()], **kw).cpu()
+    assert torch.equal(got, want)
+    compiles = [c1 - c0 for (c0, _), (c1, _) in zip(seen, seen[1:])]
+    # Three tokens show that the cat grows; then only a new bucket compiles.
+    quiet = quiet_tokens([n for _, n in seen], 3)
+    assert len(quiet) >= 17, quiet
+    assert [compiles[i] for i in quiet] == [0] * len(quiet), compiles
+    assert sum(compiles[3:]) <= 4 * (len(compiles) - 3 - len(quiet)), compiles
