@@ -72,7 +72,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 8
+#define TTPU_API_MINOR 9
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -1073,6 +1073,18 @@ struct ttpu_error_t *ttpu_runtime_set_index_checks(const struct ttpu_runtime_t *
 // Writes whether the device-side index checks are on to `*out_enabled`.
 struct ttpu_error_t *ttpu_runtime_index_checks(const struct ttpu_runtime_t *runtime,
                                                bool *out_enabled);
+
+// Sets the lengths a growing dim is padded to, `count` lengths, each
+// positive and larger than the one before (at most 256). A tensor that
+// grows by concatenation along a dim (the ids `generate()` appends to) is
+// written into a storage with room for the first listed length that holds
+// it, past the last (or with `count = 0`, the default) the next power of
+// two, so the programs that grow it and read small views of it compile once
+// per bucket, not once per length. Tensors grown before keep their
+// storage. Since API 1.9.
+struct ttpu_error_t *ttpu_runtime_set_shape_buckets(const struct ttpu_runtime_t *runtime,
+                                                    const int64_t *lengths,
+                                                    size_t count);
 
 // Seeds every device's default random generator (like `torch.manual_seed`);
 // generators made with `ttpu_generator_create` keep their state.

@@ -5,12 +5,12 @@ use std::ffi::{c_char, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use torchtpu_core::runtime::MemorySource;
+use torchtpu_core::runtime::{MemorySource, MAX_SHAPE_BUCKETS};
 use torchtpu_core::{Error, Runtime, RuntimeOptions};
 
 use crate::error::ttpu_error_t;
 use crate::kv::{distributed_options, ttpu_kv_store_t};
-use crate::ffi::{check_struct_size, out_struct_size, str_arg, write_out, Handle};
+use crate::ffi::{check_struct_size, out_struct_size, slice_arg, str_arg, write_out, Handle};
 
 /// A runtime: one PJRT plugin and client with its devices. Thread-safe.
 /// Created by `ttpu_runtime_create`, freed by `ttpu_runtime_destroy`.
@@ -417,6 +417,34 @@ pub unsafe extern "C" fn ttpu_runtime_index_checks(runtime: *const ttpu_runtime_
     ffi_boundary!({
         let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_index_checks")?;
         write_out(out_enabled, "ttpu_runtime_index_checks", r.rt.index_checks())
+    })
+}
+
+/// Sets the lengths a growing dim is padded to, `count` lengths, each
+/// positive and larger than the one before (at most 256). A tensor that
+/// grows by concatenation along a dim (the ids `generate()` appends to) is
+/// written into a storage with room for the first listed length that holds
+/// it, past the last (or with `count = 0`, the default) the next power of
+/// two, so the programs that grow it and read small views of it compile once
+/// per bucket, not once per length. Tensors grown before keep their
+/// storage. Since API 1.9.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_set_shape_buckets(
+    runtime: *const ttpu_runtime_t,
+    lengths: *const i64,
+    count: usize,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_set_shape_buckets")?;
+        // Bounded before the slice is made: a wild count must not become a
+        // slice past the caller's memory.
+        if count > MAX_SHAPE_BUCKETS {
+            return Err(Error::InvalidArgument(format!(
+                "ttpu_runtime_set_shape_buckets: {count} bucket lengths, at most {MAX_SHAPE_BUCKETS}"
+            )));
+        }
+        let lengths = slice_arg(lengths, count, "ttpu_runtime_set_shape_buckets")?;
+        r.rt.set_shape_buckets(lengths)
     })
 }
 

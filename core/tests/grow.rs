@@ -47,7 +47,7 @@ fn grow_ids(mode: ExecMode, steps: i64, grown_from: i64) -> (Vec<u64>, Vec<u64>)
         compiles.push(rt.stats().compiles - before.compiles);
         if step >= grown_from {
             // Grown: a storage of the bucket's size, the tensor its prefix.
-            assert_eq!(ids.storage().numel(), next_pow2(2 * (n + 1)), "step {step}");
+            assert_eq!(ids.storage().numel(), 2 * next_pow2(n + 1), "step {step}");
             assert_eq!(ids.storage().used(), Some(2 * (n + 1)));
         }
     }
@@ -61,8 +61,8 @@ fn grow_ids(mode: ExecMode, steps: i64, grown_from: i64) -> (Vec<u64>, Vec<u64>)
 fn bucket_steps(from: i64, steps: i64) -> Vec<i64> {
     let mut out = Vec::new();
     for step in from..steps {
-        let (n, n1) = (3 + step, 4 + step); // sizes before and after the step
-        if next_pow2(2 * n) != next_pow2(2 * n1) {
+        let (n, n1) = (3 + step, 4 + step); // lengths before and after the step
+        if next_pow2(n) != next_pow2(n1) {
             out.extend([step, step + 1]);
         }
     }
@@ -74,8 +74,8 @@ fn a_sequence_grown_by_cat_compiles_once_per_bucket() {
     let steps = 60;
     let (misses, _) = grow_ids(ExecMode::DeferNever, steps, 3);
     // The first steps learn that the cat grows (three lengths in a row).
-    // From then on only a new bucket compiles: 6 x 2 elements grow to 63 x 2,
-    // crossing 16, 32, 64 and 128 elements.
+    // From then on only a new bucket compiles: the length grows from 7 to 63,
+    // crossing 8, 16 and 32.
     let crossings = bucket_steps(4, steps);
     for (step, &m) in misses.iter().enumerate().skip(4) {
         if crossings.contains(&(step as i64)) {
@@ -175,4 +175,33 @@ fn a_grown_bool_mask_keeps_its_values() {
         assert_eq!(got, want, "step {step}");
     }
     assert!(mask.storage().used().is_some());
+}
+
+#[test]
+fn listed_bucket_lengths_size_the_grown_storage() {
+    let rt = rt();
+    for bad in [&[0i64][..], &[4, 4], &[8, 4], &[-1]] {
+        let e = rt.set_shape_buckets(bad).unwrap_err();
+        assert_eq!(e.code(), torchtpu_core::Code::InvalidArgument, "{bad:?}: {e}");
+    }
+    assert_eq!(rt.set_shape_buckets(&vec![1; 257]).unwrap_err().code(), torchtpu_core::Code::InvalidArgument);
+    rt.set_shape_buckets(&[10, 24]).unwrap();
+    assert_eq!(rt.shape_buckets(), vec![10, 24]);
+    let mut ids = i64s(&rt, &[0, 0], &[2, 1]);
+    let mut rows = vec![vec![0i64], vec![0]];
+    for step in 1..30i64 {
+        let col = i64s(&rt, &[step, 2 * step], &[2, 1]);
+        ids = rt.call1("aten::cat", &[Value::TensorList(vec![ids.clone(), col]), Value::Int(1)]).unwrap();
+        rows[0].push(step);
+        rows[1].push(2 * step);
+        let n = step + 1;
+        if step >= 3 {
+            // Lengths up to 10 in 10, up to 24 in 24, then powers of two.
+            let room = if n <= 10 { 10 } else if n <= 24 { 24 } else { 32 };
+            assert_eq!(ids.storage().numel(), 2 * room, "length {n}");
+        }
+        assert_eq!(host_i64(&rt, &ids), rows.concat(), "length {n}");
+    }
+    rt.set_shape_buckets(&[]).unwrap();
+    assert!(rt.shape_buckets().is_empty());
 }

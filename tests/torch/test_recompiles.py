@@ -230,3 +230,46 @@ def test_a_long_loop_compiles_a_handful_of_programs():
     # The trace up to the first repeat, one run of bodies reused, the rest.
     assert after["compiles"] - before["compiles"] <= 4
     assert after["flushes"]["policy"] - before["flushes"]["policy"] >= 5
+
+
+def test_a_growing_cat_compiles_once_per_bucket(eager_mode):
+    """A tensor grown by torch.cat every step, whose last column is read each
+    step (as generate() does with the ids): once the cat is seen growing,
+    the cat and the read compile once per bucket of the length (powers of
+    two), in every mode, and the values are the CPU's."""
+    x, want = torch.arange(6).reshape(2, 3).to("tpu"), torch.arange(6).reshape(2, 3)
+    per_step = []
+    for _ in range(40):
+        before = torch.tpu.compile_cache_stats()["compiles"]
+        x = torch.cat([x, x[:, -1:] * 2 % 97 + 1], dim=1)
+        want = torch.cat([want, want[:, -1:] * 2 % 97 + 1], dim=1)
+        assert torch.equal(x.cpu(), want)
+        per_step.append((torch.tpu.compile_cache_stats()["compiles"] - before, x.shape[1]))
+    pow2 = lambda n: 1 << (n - 1).bit_length()  # noqa: E731
+    # Steps far from a move to a new bucket (lengths 16, 32 and 64 are
+    # crossed) compile nothing once the growth is learned.
+    moves = [i for i in range(1, 40) if pow2(per_step[i][1]) != pow2(per_step[i - 1][1])]
+    quiet = [i for i in range(12, 40) if all(abs(i - m) > 1 for m in moves)]
+    assert len(quiet) >= 20, (quiet, moves)
+    assert [per_step[i][0] for i in quiet] == [0] * len(quiet), per_step
+    assert x.untyped_storage().nbytes() == 2 * pow2(43) * 8
+
+
+def test_set_shape_buckets_sizes_the_grown_storage():
+    x = torch.zeros(2, 1, dtype=torch.long, device="tpu")
+    with pytest.raises(ValueError, match="must increase"):
+        torch.tpu.set_shape_buckets([64, 32])
+    with pytest.raises(ValueError, match="positive"):
+        torch.tpu.set_shape_buckets([0])
+    with pytest.raises(TypeError, match="must be an int"):
+        torch.tpu.set_shape_buckets([1.5])
+    torch.tpu.set_shape_buckets([48, 100])
+    try:
+        for i in range(1, 60):
+            x = torch.cat([x, torch.full((2, 1), i, device="tpu")], dim=1)
+            if i == 40:
+                assert x.untyped_storage().nbytes() == 2 * 48 * 8
+        assert x.untyped_storage().nbytes() == 2 * 100 * 8
+        assert torch.equal(x.cpu(), torch.arange(60).expand(2, 60))
+    finally:
+        torch.tpu.set_shape_buckets(None)

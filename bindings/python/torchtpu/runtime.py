@@ -320,6 +320,13 @@ class Generator(_Owned):
         return f"Generator(tpu:{self.device}, state {self.get_state()})"
 
 
+def _length(n) -> int:
+    """A bucket length as an int: refuses bools and non-integers by name."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_shape_buckets: a bucket length must be an int, got {type(n).__name__}")
+    return n
+
+
 class Runtime(_Owned):
     """A runtime over one PJRT plugin. Use as a context manager or call close()."""
 
@@ -516,6 +523,15 @@ class Runtime(_Owned):
         synchronize, or at the op under TORCHTPU_LAUNCH_BLOCKING=1; off, it
         is silent. ``TORCHTPU_INDEX_CHECKS=0`` starts with them off."""
         check(lib.ttpu_runtime_set_index_checks(self.handle, bool(enabled)))
+
+    def set_shape_buckets(self, lengths=None) -> None:
+        """Sets the lengths a growing dim is padded to: increasing positive
+        lengths, or None (or an empty list) for the next power of two, the
+        default. A tensor grown by concatenation (the ids generate() appends
+        to) then compiles its programs once per bucket."""
+        values = [] if lengths is None else [_length(n) for n in lengths]
+        arr = ffi.new("int64_t[]", values) if values else ffi.NULL
+        check(lib.ttpu_runtime_set_shape_buckets(self.handle, arr, len(values)))
 
     def index_checks(self) -> bool:
         """Whether the device-side index checks are on."""

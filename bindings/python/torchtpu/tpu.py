@@ -33,7 +33,7 @@ __all__ = [
     "memory_allocated", "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
     "pjrt_plugin", "plugin_rejections", "plugins", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
     "reset_peak_memory_stats", "seed", "set_device", "set_eager_mode", "set_fusion_policy", "set_index_checks",
-    "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "set_rng_state", "set_rng_state_all", "set_shape_buckets", "set_stream", "stream", "synchronize",
 ]
 
 
@@ -533,6 +533,20 @@ def set_index_checks(enabled: bool) -> None:
     where CUDA raises a device-side assert. Off, reads clamp such indices and
     writes drop them, silently. ``TORCHTPU_INDEX_CHECKS=0`` sets the default."""
     _runtime().set_index_checks(bool(enabled))
+
+
+def set_shape_buckets(lengths=None) -> None:
+    """Sets the lengths a growing dim is padded to (issue 21's shape
+    buckets): a tensor grown by ``torch.cat`` along a dim, call after call
+    (the ids ``generate()`` appends a token to), is written into a storage
+    with room for the first of ``lengths`` that holds it, so its programs and
+    those reading its last tokens compile once per bucket instead of once
+    per length. ``lengths`` increase; past the last, and with ``None`` (the
+    default), a length rounds up to the next power of two::
+
+        torch.tpu.set_shape_buckets([128, 256, 512, 1024])
+    """
+    _runtime().set_shape_buckets(lengths)
 
 
 def index_checks_enabled() -> bool:

@@ -10,8 +10,9 @@
 //! three different lengths along the concatenated dim, or an input that is
 //! itself such a result), it runs as a program that takes the lengths as
 //! runtime arguments: it gathers each output element from its input at
-//! indices computed in the program, and writes the result into a storage of
-//! a bucket's size (the next power of two of its element count). The tensor
+//! indices computed in the program, and writes the result into a storage
+//! with room for a bucket's length along that dim (by default the next power
+//! of two of the length; [`Runtime::set_shape_buckets`] lists others). The tensor
 //! is a contiguous view of the storage's first elements, so PyTorch sees its
 //! usual shape and strides. The program depends only on the inputs' storage
 //! sizes (buckets too, once the ids are grown) and the dims that do not
@@ -42,9 +43,15 @@ use crate::tensor::{Scalar, Tensor, Value};
 /// Kinds of `cat` remembered before the table is cleared.
 const MAX_KINDS: usize = 4096;
 
+/// The most bucket lengths a list may give.
+pub const MAX_BUCKETS: usize = 256;
+
 /// What the runtime remembers about concatenations that grow.
 #[derive(Default)]
 pub(super) struct Growth {
+    /// Bucket lengths, increasing; past the last (or with none), the next
+    /// power of two.
+    buckets: Vec<i64>,
     /// The lengths along the dim of the last calls of each kind of `cat`.
     kinds: FxHashMap<u64, Lengths>,
     /// Compiled programs by their shape (inputs' storage sizes, dims).
@@ -74,10 +81,14 @@ impl Lengths {
     }
 }
 
-/// The shape bucket of `numel` elements: the next power of two.
-pub(crate) fn bucket(numel: i64) -> Option<i64> {
-    let n = u64::try_from(numel).ok()?.checked_next_power_of_two()?;
-    i64::try_from(n).ok()
+/// The bucket of a length `n`: the first of `buckets` that holds it, else
+/// the next power of two.
+fn bucket(buckets: &[i64], n: i64) -> Option<i64> {
+    if let Some(&b) = buckets.iter().find(|&&b| b >= n) {
+        return Some(b);
+    }
+    let p = u64::try_from(n).ok()?.checked_next_power_of_two()?;
+    i64::try_from(p).ok()
 }
 
 /// A `cat` whose inputs a growing program can take: contiguous, of one
@@ -120,6 +131,38 @@ fn plan(ts: &[Tensor], dim: i64) -> Option<Plan> {
 }
 
 impl Runtime {
+    /// Sets the lengths a growing dim is padded to ([`crate::runtime`]'s
+    /// `grow`): each a length along the dim, increasing. Past the last, and
+    /// with an empty list (the default), a length rounds up to the next
+    /// power of two. Tensors grown before keep their storage.
+    pub fn set_shape_buckets(&self, lengths: &[i64]) -> Result<()> {
+        if lengths.len() > MAX_BUCKETS {
+            return Err(crate::Error::InvalidArgument(format!(
+                "set_shape_buckets: {} bucket lengths, at most {MAX_BUCKETS}",
+                lengths.len()
+            )));
+        }
+        if let Some(&bad) = lengths.iter().find(|&&n| n <= 0) {
+            return Err(crate::Error::InvalidArgument(format!("set_shape_buckets: a bucket length must be positive, got {bad}")));
+        }
+        if let Some(w) = lengths.windows(2).find(|w| w[0] >= w[1]) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "set_shape_buckets: bucket lengths must increase, got {} then {}",
+                w[0], w[1]
+            )));
+        }
+        let mut g = self.growth.lock();
+        g.buckets = lengths.to_vec();
+        g.programs.clear();
+        Ok(())
+    }
+
+    /// The bucket lengths set by [`Runtime::set_shape_buckets`] (empty:
+    /// powers of two).
+    pub fn shape_buckets(&self) -> Vec<i64> {
+        self.growth.lock().buckets.clone()
+    }
+
     /// Runs `aten::cat(tensors, dim)` as a growing concatenation if it is
     /// one (see the module doc); `None` leaves the call to the strict path.
     pub(super) fn grown_cat(self: &Arc<Self>, bound: &[Value], flat: &Flat, device: usize) -> Result<Option<Vec<Value>>> {
@@ -133,7 +176,8 @@ impl Runtime {
             return Ok(None);
         }
         let total = shape_numel(&p.sizes)?;
-        let Some(capacity) = bucket(total) else {
+        let room = bucket(&self.growth.lock().buckets, p.sizes[p.dim]);
+        let Some(capacity) = room.and_then(|b| b.checked_mul(p.outer)?.checked_mul(p.inner)) else {
             return Ok(None);
         };
         let fixed: Vec<i64> = p.sizes.iter().enumerate().map(|(d, &n)| if d == p.dim { -1 } else { n }).collect();
@@ -284,10 +328,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_are_the_next_power_of_two() {
-        assert_eq!([1, 2, 3, 17, 64, 65].map(|n| bucket(n).unwrap()), [1, 2, 4, 32, 64, 128]);
-        assert_eq!(bucket(i64::MAX), None);
-        assert_eq!(bucket(-1), None);
+    fn buckets_are_the_next_power_of_two_or_the_listed_lengths() {
+        assert_eq!([1, 2, 3, 17, 64, 65].map(|n| bucket(&[], n).unwrap()), [1, 2, 4, 32, 64, 128]);
+        assert_eq!(bucket(&[], i64::MAX), None);
+        assert_eq!(bucket(&[], -1), None);
+        let listed = [100, 200, 300];
+        assert_eq!([1, 100, 101, 250, 300, 301].map(|n| bucket(&listed, n).unwrap()), [100, 100, 200, 300, 300, 512]);
     }
 
     #[test]

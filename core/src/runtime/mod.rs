@@ -28,6 +28,7 @@ use parking_lot::Mutex;
 
 pub use mode::{current_mode, global_mode, set_global_mode, set_thread_mode, thread_mode, ExecMode};
 pub use fused::FlushInfo;
+pub use grow::MAX_BUCKETS as MAX_SHAPE_BUCKETS;
 pub use memory::{MemoryInfo, MemorySource};
 pub use stats::{Stats, StatsSnapshot};
 pub use stream::{Stream, StreamEvent, Streams};
@@ -414,6 +415,11 @@ impl Runtime {
         if want == 0 {
             return Ok(());
         }
+        // A host read ends the step the shape watch follows, also when it
+        // flushes nothing (the value came from an op that ran alone, as the
+        // grown ids do): otherwise the next step's ops would take other
+        // positions.
+        self.shape_watch.lock().flushed(t.storage().device(), false);
         // A contiguous view of a storage made with room to grow (a shape
         // bucket) is a range of its buffer: reading the buffer and keeping
         // the range compiles nothing, where a copy would compile for each
