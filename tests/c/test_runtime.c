@@ -3,6 +3,7 @@
 /* setenv and unsetenv (POSIX), for the plugin search order. */
 #define _POSIX_C_SOURCE 200112L
 #include <stddef.h>
+#include <stdint.h>
 
 #include "check.h"
 
@@ -149,6 +150,19 @@ int main(void) {
     CHECK_CODE(ttpu_runtime_rng_state(rt, 0, &seed, NULL), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_CODE(ttpu_runtime_set_rng_state(rt, -1, 1, 0), TTPU_CODE_OUT_OF_RANGE);
     CHECK_OK(ttpu_runtime_clear_cache(rt));
+
+    /* Shape buckets: increasing positive lengths; a wild count is refused
+     * before the array is read. */
+    const int64_t buckets[] = {64, 128, 512};
+    const int64_t decreasing[] = {128, 64};
+    const int64_t zero[] = {0};
+    CHECK_OK(ttpu_runtime_set_shape_buckets(rt, buckets, 3));
+    CHECK_CODE_MSG(ttpu_runtime_set_shape_buckets(rt, decreasing, 2), TTPU_CODE_INVALID_ARGUMENT, "must increase");
+    CHECK_CODE_MSG(ttpu_runtime_set_shape_buckets(rt, zero, 1), TTPU_CODE_INVALID_ARGUMENT, "positive");
+    CHECK_CODE(ttpu_runtime_set_shape_buckets(rt, NULL, 2), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE_MSG(ttpu_runtime_set_shape_buckets(rt, buckets, SIZE_MAX), TTPU_CODE_INVALID_ARGUMENT, "at most 256");
+    CHECK_CODE(ttpu_runtime_set_shape_buckets(NULL, buckets, 3), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_OK(ttpu_runtime_set_shape_buckets(rt, NULL, 0));
 
     /* NULL runtimes. */
     CHECK_CODE_MSG(ttpu_runtime_device_count(NULL, &n), TTPU_CODE_INVALID_ARGUMENT, "ttpu_runtime_t is NULL");
