@@ -146,6 +146,12 @@ pub fn write_at(f: &mut Func, storage: V, offset: V, strides: V, sizes: &[i64], 
         return storage;
     }
     let idx = runtime_indices(f, offset, strides, sizes);
+    scatter_at(f, storage, idx, numel, value)
+}
+
+/// `storage` with the `numel` elements of `value` written at `idx` (i64,
+/// any shape of `numel` elements).
+fn scatter_at(f: &mut Func, storage: V, idx: V, numel: i64, value: V) -> V {
     let idx = f.reshape(idx, &[numel, 1]);
     let upd = f.reshape(value, &[numel]);
     f.scatter(storage, idx, upd, &[], &[0], &[0], 1, None)
@@ -217,9 +223,7 @@ pub fn write(
         }
         Layout::Gather | Layout::Runtime => {
             let idx = element_indices(f, offset.unwrap(), sizes, strides);
-            let idx = f.reshape(idx, &[numel, 1]);
-            let upd = f.reshape(value, &[numel]);
-            f.scatter(storage, idx, upd, &[], &[0], &[0], 1, None)
+            scatter_at(f, storage, idx, numel, value)
         }
     }
 }
