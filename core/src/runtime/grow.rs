@@ -58,6 +58,14 @@ pub(super) struct Growth {
     programs: FxHashMap<String, Arc<Executable>>,
 }
 
+impl Growth {
+    /// Drops the compiled programs (the runtime's cache was cleared, or it
+    /// shuts down).
+    pub(super) fn clear_programs(&mut self) {
+        self.programs.clear();
+    }
+}
+
 /// The last lengths one kind of `cat` was called with.
 #[derive(Debug, Clone, Copy)]
 struct Lengths {
@@ -153,7 +161,7 @@ impl Runtime {
         }
         let mut g = self.growth.lock();
         g.buckets = lengths.to_vec();
-        g.programs.clear();
+        g.clear_programs();
         Ok(())
     }
 

@@ -255,6 +255,7 @@ impl Runtime {
     /// of each op or graph compiles).
     pub fn clear_cache(&self) -> Result<()> {
         self.signatures.lock().clear();
+        self.growth.lock().clear_programs();
         self.programs.clear()
     }
 
@@ -515,6 +516,7 @@ impl Runtime {
             return Err(late("stream work was still running", "the PJRT client"));
         }
         self.signatures.lock().clear();
+        self.growth.lock().clear_programs();
         self.scalars.lock().clear();
         self.programs.release_loaded();
         if !self.client.close(stream::remaining(deadline)) {
