@@ -159,9 +159,9 @@ impl Runtime {
                 w[0], w[1]
             )));
         }
-        let mut g = self.growth.lock();
-        g.buckets = lengths.to_vec();
-        g.clear_programs();
+        // The programs are keyed by their storage sizes, so those compiled
+        // for other buckets stay valid.
+        self.growth.lock().buckets = lengths.to_vec();
         Ok(())
     }
 
