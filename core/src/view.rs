@@ -118,7 +118,7 @@ pub fn read(f: &mut Func, storage: V, layout: &Layout, offset: Option<V>, sizes:
 }
 
 /// The elements at `idx` (shape `sizes`, i64) of a rank-1 storage.
-fn gather_at(f: &mut Func, storage: V, idx: V, sizes: &[i64]) -> V {
+pub(crate) fn gather_at(f: &mut Func, storage: V, idx: V, sizes: &[i64]) -> V {
     let rank = sizes.len() as i64;
     let mut idx_dims: Dims = sizes.into();
     idx_dims.push(1);

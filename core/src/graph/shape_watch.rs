@@ -71,6 +71,10 @@ impl History {
         History { last: signature, before: None }
     }
 
+    /// The last signature seen.
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
 
     /// Whether `signature` after this history makes three different
     /// signatures in a row, and the history with it.

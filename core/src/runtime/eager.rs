@@ -235,6 +235,20 @@ impl Runtime {
         Ok(Compiled { exe, plan, outputs: lowered.specs, returns: lowered.returns })
     }
 
+    /// Runs a strict-mode program: waits for it in launch-blocking mode,
+    /// otherwise tracks it on the current stream. Returns its outputs.
+    pub(super) fn launch(&self, op: &str, exe: &Executable, args: &[Arc<Buffer>], device: usize) -> Result<Vec<Buffer>> {
+        let refs: Vec<&Buffer> = args.iter().map(|b| &**b).collect();
+        let (outs, event) = exe.execute(&refs, device).map_err(|e| e.in_op(op))?;
+        Stats::bump(&self.stats.executions);
+        if current_mode() == ExecMode::DeferNeverAndLaunchBlocking {
+            event.wait().map_err(|e| e.in_op(op))?;
+        } else {
+            self.track(device, op, event);
+        }
+        Ok(outs)
+    }
+
     fn execute(
         self: &Arc<Self>,
         def: &OpDef,
@@ -267,15 +281,8 @@ impl Runtime {
                 }
             });
         }
-        let refs: Vec<&Buffer> = args.iter().map(|b| &**b).collect();
-        let (mut outs, event) = c.exe.execute(&refs, device).map_err(|e| e.in_op(op))?;
-        Stats::bump(&self.stats.executions);
+        let mut outs = self.launch(op, &c.exe, &args, device)?;
         let blocking = current_mode() == ExecMode::DeferNeverAndLaunchBlocking;
-        if blocking {
-            event.wait().map_err(|e| e.in_op(op))?;
-        } else {
-            self.track(device, op, event);
-        }
         // The index checks are the last output. Launch-blocking mode checks
         // them before binding any result, so a bad index leaves the op's
         // in-place targets as they were.

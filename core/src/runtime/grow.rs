@@ -34,6 +34,7 @@ use super::{Runtime, Stats};
 use crate::cache::{GraphSummary, NodeSummary};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::graph::shape_watch::History;
 use crate::graph::{hash_of, FlushReason};
 use crate::hlo::{Cmp, Elem, Func, Ty, V};
 use crate::pjrt::{Buffer, CompileOptions, Executable};
@@ -66,24 +67,25 @@ impl Growth {
     }
 }
 
-/// The last lengths one kind of `cat` was called with.
+/// The last lengths one kind of `cat` was called with, and the verdict.
 #[derive(Debug, Clone, Copy)]
 struct Lengths {
-    last: u64,
-    before: Option<u64>,
+    history: History,
     growing: bool,
 }
 
 impl Lengths {
+    fn new(lengths: u64) -> Lengths {
+        Lengths { history: History::new(lengths), growing: false }
+    }
+
     /// Sees the next call's lengths; whether that kind grows. Three
-    /// different lengths in a row are growth; a repeat of the last lengths
-    /// (the ids and the attention mask, appended to in turn with the same
-    /// lengths) keeps the verdict.
+    /// different lengths in a row are growth (the shape watch's rule); a
+    /// repeat of the last lengths (the ids and the attention mask, appended
+    /// to in turn with the same lengths) keeps the verdict.
     fn see(&mut self, lengths: u64) -> bool {
-        if lengths != self.last {
-            self.growing = self.before.is_some_and(|b| b != lengths && b != self.last);
-            self.before = Some(self.last);
-            self.last = lengths;
+        if lengths != self.history.last() {
+            (self.growing, self.history) = self.history.grows(lengths);
         }
         self.growing
     }
@@ -183,7 +185,7 @@ impl Runtime {
         if flat.slots.iter().any(|s| s.device() != device) {
             return Ok(None);
         }
-        let total = shape_numel(&p.sizes)?;
+        let total = crate::shape::checked_numel("aten::cat", &p.sizes, 1)?;
         let room = bucket(&self.growth.lock().buckets, p.sizes[p.dim]);
         let Some(capacity) = room.and_then(|b| b.checked_mul(p.outer)?.checked_mul(p.inner)) else {
             return Ok(None);
@@ -196,7 +198,7 @@ impl Runtime {
                 g.kinds.clear();
             }
             let lengths = hash_of(&p.lengths);
-            let h = g.kinds.entry(kind).or_insert(Lengths { last: lengths, before: None, growing: false });
+            let h = g.kinds.entry(kind).or_insert(Lengths::new(lengths));
             h.see(lengths)
         };
         if !grows && !ts.iter().any(|t| t.storage().used().is_some()) {
@@ -242,24 +244,13 @@ impl Runtime {
             args.push(self.scalar_buffer(device, Elem::I64, Scalar::Int(t.offset()))?);
             args.push(self.scalar_buffer(device, Elem::I64, Scalar::Int(k))?);
         }
-        let refs: Vec<&Buffer> = args.iter().map(|b| &**b).collect();
-        let (mut outs, event) = exe.execute(&refs, device).map_err(|e| e.in_op("aten::cat"))?;
-        Stats::bump(&self.stats.executions);
-        if super::current_mode() == super::ExecMode::DeferNeverAndLaunchBlocking {
-            event.wait().map_err(|e| e.in_op("aten::cat"))?;
-        } else {
-            self.track(device, "aten::cat", event);
-        }
+        let mut outs = self.launch("aten::cat", &exe, &args, device)?;
         let buf = outs.pop().ok_or_else(|| crate::Error::Internal("aten::cat: the program returned nothing".into()))?;
         let storage = Storage::grown(self.id, device, p.dtype, capacity, total, StorageValue::Buffer(Arc::new(buf)));
         let base = Tensor::from_storage(storage, &[capacity]);
         let out = base.view_of("aten::cat", 0, &p.sizes, &crate::shape::contiguous_strides(&p.sizes))?;
         Ok(Some(vec![Value::Tensor(out)]))
     }
-}
-
-fn shape_numel(sizes: &[i64]) -> Result<i64> {
-    crate::shape::checked_numel("aten::cat", sizes, 1)
 }
 
 /// The program of a growing `cat`: parameters (storage, offset, length)
@@ -323,8 +314,7 @@ fn lower_cat(p: &Plan, storage_sizes: &[i64], capacity: i64) -> String {
         let last = f.splat_int(&flat, last);
         let at = f.max(at, zero);
         let at = f.min(at, last);
-        let idx = f.reshape(at, &[capacity, 1]);
-        let v = f.gather(s, idx, &[], &[0], &[0], 1, &[1], &[capacity]);
+        let v = crate::view::gather_at(&mut f, s, at, &[capacity]);
         out = f.select(mine, v, out);
         start = end;
     }
@@ -346,7 +336,7 @@ mod tests {
 
     #[test]
     fn three_different_lengths_in_a_row_are_growth_and_repeats_keep_it() {
-        let mut h = Lengths { last: 16, before: None, growing: false };
+        let mut h = Lengths::new(16);
         assert!(!h.see(16));
         assert!(!h.see(17));
         assert!(h.see(18));
@@ -354,7 +344,7 @@ mod tests {
         assert!(h.see(18));
         assert!(h.see(19));
         // Alternating lengths are not growth.
-        let mut a = Lengths { last: 1, before: None, growing: false };
+        let mut a = Lengths::new(1);
         assert!([2, 1, 2, 1].iter().all(|&n| !a.see(n)));
     }
 }
