@@ -58,12 +58,15 @@ STAMP=.venv/.torchtpu-setup
 WANT="packages=${PY_PACKAGES[*]} ${TORCH_SPEC} models=${MODEL_PACKAGES[*]} ${TORCHVISION_SPEC}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
     log "installing Python packages into .venv (torch is large; this takes a few minutes once)"
-    # torch with its CUDA wheels takes about 6 GiB installed; pip's wheel cache
-    # would double that, so it is off, and a short disk is said up front.
+    # torch with its CUDA wheels takes about 6 GiB installed, and its wheels
+    # about 3 GiB more while they install; pip's wheel cache would keep those
+    # too, so it is off. The release build under target/ takes about 4 GiB
+    # more. A short disk is said up front.
     export PIP_NO_CACHE_DIR=1
     free_kib=$(df -Pk .venv | awk 'NR == 2 { print $4 }')
-    if [ -n "$free_kib" ] && [ "$free_kib" -lt $((8 * 1024 * 1024)) ]; then
-        log "warning: only $((free_kib / 1024)) MiB free under $ROOT; the Python packages need about 8 GiB"
+    if [ -n "$free_kib" ] && [ "$free_kib" -lt $((13 * 1024 * 1024)) ]; then
+        log "warning: only $((free_kib / 1024)) MiB free under $ROOT; the Python packages need about 9 GiB" \
+            "while they install and the build about 4 GiB more"
     fi
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"

@@ -13,8 +13,12 @@
    steps of a small MLP's training step): compiles and time with the default
    `fuse_loops` policy against `fuse_all` (2048-op chunks).
 
+5. A new batch size at every call (8 to 48) of a small MLP's forward, in
+   each mode and under torch.compile(dynamic=True): compiles and ms per
+   call, cold and warm, against PyTorch CPU eager.
+
 Run: .venv/bin/python bindings/python/benchmarks/bench_recompiles.py [section ...]
-(sections: adamw, second_process, long_traces, decode; all by default)
+(sections: adamw, second_process, long_traces, decode, batch_sizes; all by default)
 Times are medians; the machine is shared, so read the ratios.
 """
 
@@ -119,13 +123,80 @@ def bench_decode() -> None:
         print(f"{cache:8s} {'CPU eager':17s} {cpu['ms']:9.2f} {'1.00x':>7s} {cpu['cold_ms']:14.2f} {'-':>16s} "
               f"{'-':>17s} {'-':>13s}")
         for row, (_, _, extra) in DECODE_ROWS.items():
-            with tempfile.TemporaryDirectory() as cache_dir:
-                env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir, **extra)
-                child = subprocess.run([sys.executable, __file__, "--decode-row", cache, row], env=env,
-                                       capture_output=True, text=True, check=True)
-            r = json.loads(child.stdout.strip().splitlines()[-1])
+            r = _row_child("--decode-row", row, extra, cache)
             print(f"{cache:8s} {row:17s} {r['ms']:9.2f} {r['ms'] / cpu['ms']:6.2f}x {r['cold_ms']:14.2f} "
                   f"{r['compiles']:16d} {r['compile_s']:17.2f} {str(r['tokens'] == cpu['tokens']):>13s}")
+
+
+# ---------------------------------------------- a new batch size every call
+
+BATCHES = range(8, 49)
+
+BATCH_ROWS = {  # row: (eager mode, torch.compile(dynamic=True), extra environment)
+    "DEFER_NEVER": ("DEFER_NEVER", False, {}),
+    "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {}),
+    "fused, watch off": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
+    "torch.compile": ("DEFER_NEVER", True, {}),
+    "compile, watch off": ("DEFER_NEVER", True, {"TORCHTPU_SHAPE_WATCH": "0"}),
+}
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.LayerNorm(128), nn.Linear(128, 10)).eval()
+
+
+def batch_sizes(device: str, row: str | None) -> dict:
+    """The MLP's forward at each batch size of BATCHES, once cold and once
+    warm: compiles and compile seconds of the cold pass, ms per call of
+    each, and each output's sum (compared with the CPU's)."""
+    model = mlp().to(device)
+    mode, compiled = (BATCH_ROWS[row][:2]) if row else (None, False)
+    if compiled:
+        model = torch.compile(model, backend="tpu", dynamic=True)
+    xs = [torch.randn(b, 64, generator=torch.Generator().manual_seed(b)) for b in BATCHES]
+
+    def one_pass() -> tuple[float, list]:
+        t = time.perf_counter()
+        sums = [model(x.to(device)).sum().item() for x in xs]
+        return (time.perf_counter() - t) * 1e3 / len(xs), sums
+
+    ctx = torch.tpu.set_eager_mode(mode) if mode else _nullcontext()
+    with ctx, torch.no_grad():
+        before = torch.tpu.compile_cache_stats() if mode else None
+        cold_ms, sums = one_pass()
+        after = torch.tpu.compile_cache_stats() if mode else None
+        ms, _ = one_pass()
+    return {
+        "cold_ms": cold_ms, "ms": ms, "sums": sums,
+        "compiles": after["compiles"] - before["compiles"] if mode else 0,
+        "compile_s": after["compile_seconds"] - before["compile_seconds"] if mode else 0.0,
+    }
+
+
+def bench_batch_sizes() -> None:
+    print(f"\n== a new batch size every call ({BATCHES.start} to {BATCHES.stop - 1}): MLP 64-128-10 forward "
+          "with GELU and LayerNorm")
+    print("   cold: the first pass over the sizes in a new process with an empty program cache; warm: the second")
+    print(f"{'mode':19s} {'ms/call':>8s} {'vs CPU':>7s} {'cold ms/call':>13s} {'compiles (cold)':>16s} "
+          f"{'compile s (cold)':>17s} {'sums = CPU':>10s}")
+    cpu = batch_sizes("cpu", None)
+    print(f"{'CPU eager':19s} {cpu['ms']:8.3f} {'1.00x':>7s} {cpu['cold_ms']:13.3f} {'-':>16s} {'-':>17s} {'-':>10s}")
+    for row, (_, _, extra) in BATCH_ROWS.items():
+        r = _row_child("--batch-row", row, extra)
+        same = all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(r["sums"], cpu["sums"]))
+        print(f"{row:19s} {r['ms']:8.3f} {r['ms'] / cpu['ms']:6.2f}x {r['cold_ms']:13.2f} {r['compiles']:16d} "
+              f"{r['compile_s']:17.2f} {str(same):>10s}")
+
+
+def _row_child(flag: str, row: str, extra: dict, *args: str) -> dict:
+    """Runs one tpu row in a process of its own with an empty program
+    cache, and returns the JSON it prints last."""
+    with tempfile.TemporaryDirectory() as cache_dir:
+        env = dict(os.environ, TORCHTPU_CACHE_DIR=cache_dir, **extra)
+        child = subprocess.run([sys.executable, __file__, flag, *args, row], env=env, capture_output=True,
+                               text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 # ------------------------------------------------- AdamW under a schedule
@@ -249,11 +320,14 @@ def bench_long_traces() -> None:
 
 
 SECTIONS = {"adamw": bench_adamw, "second_process": bench_second_process, "long_traces": bench_long_traces,
-            "decode": bench_decode}
+            "decode": bench_decode, "batch_sizes": bench_batch_sizes}
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--decode-row"]:
         decode_row_child(sys.argv[2], sys.argv[3])
+        sys.exit(0)
+    if sys.argv[1:2] == ["--batch-row"]:
+        print(json.dumps(batch_sizes("tpu", sys.argv[2])))
         sys.exit(0)
     unknown = [a for a in sys.argv[1:] if a not in SECTIONS]
     if unknown:

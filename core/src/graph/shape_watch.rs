@@ -30,10 +30,14 @@
 //! fused again.
 //!
 //! A step in which more than [`MAX_ISOLATED`] ops change shape (a growing
-//! KV cache: every attention op grows) is left fused: splitting it into
-//! many small programs would compile as much and fuse less. The watch
-//! remembers the step by its first position and leaves it fused from then
-//! on.
+//! KV cache: every attention op grows), or more than half of its ops, is
+//! left fused: splitting it into many small programs would compile as much
+//! and fuse less (a `torch.compile` graph with a dynamic batch: every op
+//! changes, and no part of the graph is left to keep hitting the cache).
+//! The exception is a step whose changing op ran in a shape bucket (a
+//! growing `cat`, runtime/grow.rs): alone, it stops compiling for each
+//! shape. The watch remembers the step by its first position and leaves it
+//! fused from then on.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -96,6 +100,8 @@ struct Step {
     /// Ops of this step that grow, and those that ran alone.
     changed: usize,
     isolated: usize,
+    /// Whether an op of this step that ran alone ran in a shape bucket.
+    bucketed: bool,
 }
 
 /// What the watch says of one recorded op.
@@ -152,6 +158,12 @@ impl ShapeWatch {
         Verdict::Isolate
     }
 
+    /// An op of `device`'s step that ran alone ran in a shape bucket, so
+    /// running it alone pays even in a step where most ops change.
+    pub fn ran_in_bucket(&mut self, device: usize) {
+        self.steps.entry(device).or_default().bucketed = true;
+    }
+
     /// A flush of `device`'s graph: the flush that computes an isolated
     /// op's inputs keeps the step going; any other flush ends it.
     pub fn flushed(&mut self, device: usize, isolating: bool) {
@@ -163,12 +175,22 @@ impl ShapeWatch {
             // change; another step that starts at the same position (the
             // same ops first, after the same step) gets its chance again.
             if let Some(first) = step.first {
-                if step.changed > MAX_ISOLATED {
+                let most = step.changed * 2 > step.ops && !step.bucketed;
+                if step.changed > MAX_ISOLATED || most {
+                    if most && self.broad.insert(first) {
+                        tracing::info!(
+                            "{} of the {} ops of this step change shape between steps: the step stays one fused \
+                             graph, compiled for each shape",
+                            step.changed,
+                            step.ops
+                        );
+                    }
                     self.broad.insert(first);
                 } else {
                     self.broad.remove(&first);
                 }
             }
+            step.bucketed = false;
             if step.ops > 0 {
                 *step = Step { context: step.chain, ..Step::default() };
             }
@@ -249,9 +271,10 @@ mod tests {
     #[test]
     fn positions_follow_the_step_not_the_device_or_the_flushes() {
         let mut w = ShapeWatch::default();
-        step(&mut w, &[(1, 10), (2, 20), (3, 30)]);
-        step(&mut w, &[(1, 10), (2, 20), (3, 30)]);
-        step(&mut w, &[(1, 10), (2, 21), (3, 31)]);
+        // Ops 2 and 3 grow; ops 1 and 4 keep their shapes.
+        step(&mut w, &[(1, 10), (2, 20), (3, 30), (4, 40)]);
+        step(&mut w, &[(1, 10), (2, 20), (3, 30), (4, 40)]);
+        step(&mut w, &[(1, 10), (2, 21), (3, 31), (4, 40)]);
         // Another device's ops do not disturb device 0's positions.
         assert_eq!(w.observe(1, 7, 70), Fuse);
         assert_eq!(w.observe(0, 1, 10), Fuse);
@@ -260,10 +283,39 @@ mod tests {
         // the position it would have had without it, where it grows.
         w.flushed(0, true);
         assert_eq!(w.observe(0, 3, 32), Isolate);
+        assert_eq!(w.observe(0, 4, 40), Fuse);
         w.flushed(0, false);
         // An empty flush does not end a step's context.
         w.flushed(0, false);
-        assert_eq!(step(&mut w, &[(1, 10), (2, 23), (3, 33)]), [Fuse, Isolate, Isolate]);
+        assert_eq!(step(&mut w, &[(1, 10), (2, 23), (3, 33), (4, 40)]), [Fuse, Isolate, Isolate, Fuse]);
+    }
+
+    #[test]
+    fn a_step_where_most_ops_grow_stays_fused_unless_one_ran_in_a_bucket() {
+        // A graph with a dynamic batch: all four ops change every step.
+        let ops = |n: u64| (0..4).map(|k| (k, n * 100 + k)).collect::<Vec<_>>();
+        let mut w = ShapeWatch::default();
+        // The first step has no step of its kind before it; growth shows
+        // at the fourth, whose ops run alone once. The step is then left
+        // whole.
+        for n in 0..3 {
+            assert!(step(&mut w, &ops(n)).iter().all(|v| *v == Fuse));
+        }
+        assert!(step(&mut w, &ops(3)).iter().all(|v| *v == Isolate));
+        for n in 4..7 {
+            assert!(step(&mut w, &ops(n)).iter().all(|v| *v == Fuse));
+        }
+        // The same steps, where the growing op that ran alone ran in a
+        // shape bucket: running alone pays, and goes on.
+        let mut w = ShapeWatch::default();
+        for n in 0..7 {
+            let verdicts: Vec<_> = ops(n).iter().map(|&(k, s)| w.observe(0, k, s)).collect();
+            if n >= 3 {
+                assert!(verdicts.iter().all(|v| *v == Isolate), "step {n}: {verdicts:?}");
+                w.ran_in_bucket(0);
+            }
+            w.flushed(0, false);
+        }
     }
 
     #[test]

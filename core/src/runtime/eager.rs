@@ -129,6 +129,9 @@ impl Runtime {
         let key = signature(id, def, bound, &flat, self.index_checks.enabled());
         if current_mode() == ExecMode::DeferAndFuse {
             let same_device = flat.slots.iter().all(|s| s.device() == device);
+            if def.name() == "aten::cat" {
+                self.see_cat(bound);
+            }
             if (same_device || !def.cross_device) && !self.runs_alone(id, &flat, device, &key)? {
                 if def.plugin.is_some() && !self.signatures.lock().contains(&key) {
                     // A trial compile of the plugin op alone, once per
@@ -144,6 +147,7 @@ impl Runtime {
 
         if def.name() == "aten::cat" {
             if let Some(out) = self.grown_cat(bound, &flat, device)? {
+                self.shape_watch.lock().ran_in_bucket(device);
                 return Ok(out);
             }
         }

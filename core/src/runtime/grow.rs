@@ -8,7 +8,9 @@
 //!
 //! When a `cat` is seen growing (three calls of the same kind in a row with
 //! three different lengths along the concatenated dim, or an input that is
-//! itself such a result), it runs as a program that takes the lengths as
+//! itself such a result; in fused mode the calls recorded into a graph
+//! count, so a `cat` the shape watch runs alone grows at once), it runs as
+//! a program that takes the lengths as
 //! runtime arguments: it gathers each output element from its input at
 //! indices computed in the program, and writes the result into a storage
 //! with room for a bucket's length along that dim (by default the next power
@@ -114,6 +116,13 @@ struct Plan {
     sizes: Vec<i64>,
 }
 
+impl Plan {
+    /// The output's sizes with the growing dim marked -1.
+    fn fixed(&self) -> Vec<i64> {
+        self.sizes.iter().enumerate().map(|(d, &n)| if d == self.dim { -1 } else { n }).collect()
+    }
+}
+
 fn plan(ts: &[Tensor], dim: i64) -> Option<Plan> {
     let first = ts.first()?;
     let rank = first.sizes().len();
@@ -173,6 +182,28 @@ impl Runtime {
         self.growth.lock().buckets.clone()
     }
 
+    /// Sees a call of `aten::cat` that fused mode records into its graph,
+    /// so that its lengths are known when the shape watch runs it alone.
+    pub(super) fn see_cat(&self, bound: &[Value]) {
+        if let (Some(Value::TensorList(ts)), Some(&Value::Int(dim))) = (bound.first(), bound.get(1)) {
+            if let Some(p) = plan(ts, dim) {
+                self.cat_grows(&p, ts.len());
+            }
+        }
+    }
+
+    /// Sees a `cat`'s lengths; whether its kind grows. Seeing the same call
+    /// twice (recorded, then run alone) sees a repeat, which changes nothing.
+    fn cat_grows(&self, p: &Plan, inputs: usize) -> bool {
+        let kind = hash_of(&("aten::cat", p.dtype.code(), p.dim, &p.fixed(), inputs));
+        let mut g = self.growth.lock();
+        if g.kinds.len() >= MAX_KINDS {
+            g.kinds.clear();
+        }
+        let lengths = hash_of(&p.lengths);
+        g.kinds.entry(kind).or_insert(Lengths::new(lengths)).see(lengths)
+    }
+
     /// Runs `aten::cat(tensors, dim)` as a growing concatenation if it is
     /// one (see the module doc); `None` leaves the call to the strict path.
     pub(super) fn grown_cat(self: &Arc<Self>, bound: &[Value], flat: &Flat, device: usize) -> Result<Option<Vec<Value>>> {
@@ -190,18 +221,8 @@ impl Runtime {
         let Some(capacity) = room.and_then(|b| b.checked_mul(p.outer)?.checked_mul(p.inner)) else {
             return Ok(None);
         };
-        let fixed: Vec<i64> = p.sizes.iter().enumerate().map(|(d, &n)| if d == p.dim { -1 } else { n }).collect();
-        let kind = hash_of(&("aten::cat", p.dtype.code(), p.dim, &fixed, ts.len()));
-        let grows = {
-            let mut g = self.growth.lock();
-            if g.kinds.len() >= MAX_KINDS {
-                g.kinds.clear();
-            }
-            let lengths = hash_of(&p.lengths);
-            let h = g.kinds.entry(kind).or_insert(Lengths::new(lengths));
-            h.see(lengths)
-        };
-        if !grows && !ts.iter().any(|t| t.storage().used().is_some()) {
+        let fixed = p.fixed();
+        if !self.cat_grows(&p, ts.len()) && !ts.iter().any(|t| t.storage().used().is_some()) {
             return Ok(None);
         }
 
