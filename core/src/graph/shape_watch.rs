@@ -177,7 +177,7 @@ impl ShapeWatch {
             if let Some(first) = step.first {
                 let most = step.changed * 2 > step.ops && !step.bucketed;
                 if step.changed > MAX_ISOLATED || most {
-                    if most && self.broad.insert(first) {
+                    if self.broad.insert(first) && most {
                         tracing::info!(
                             "{} of the {} ops of this step change shape between steps: the step stays one fused \
                              graph, compiled for each shape",
@@ -185,7 +185,6 @@ impl ShapeWatch {
                             step.ops
                         );
                     }
-                    self.broad.insert(first);
                 } else {
                     self.broad.remove(&first);
                 }
