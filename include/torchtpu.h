@@ -72,7 +72,7 @@
 #define TTPU_API_MAJOR 1
 
 // Minor version of the C ABI: grows with compatible additions.
-#define TTPU_API_MINOR 9
+#define TTPU_API_MINOR 10
 
 // Status codes: the abseil codes 0-16 that PJRT and IREE use.
 enum ttpu_code
@@ -1085,6 +1085,13 @@ struct ttpu_error_t *ttpu_runtime_index_checks(const struct ttpu_runtime_t *runt
 struct ttpu_error_t *ttpu_runtime_set_shape_buckets(const struct ttpu_runtime_t *runtime,
                                                     const int64_t *lengths,
                                                     size_t count);
+
+// Writes to `*out_bucket` the bucket a dim of `length` is padded to: the
+// first length given to `ttpu_runtime_set_shape_buckets` that holds it,
+// else the next power of two. `length` must be positive. Since API 1.10.
+struct ttpu_error_t *ttpu_runtime_shape_bucket(const struct ttpu_runtime_t *runtime,
+                                               int64_t length,
+                                               int64_t *out_bucket);
 
 // Seeds every device's default random generator (like `torch.manual_seed`);
 // generators made with `ttpu_generator_create` keep their state.

@@ -448,6 +448,22 @@ pub unsafe extern "C" fn ttpu_runtime_set_shape_buckets(
     })
 }
 
+/// Writes to `*out_bucket` the bucket a dim of `length` is padded to: the
+/// first length given to `ttpu_runtime_set_shape_buckets` that holds it,
+/// else the next power of two. `length` must be positive. Since API 1.10.
+#[no_mangle]
+pub unsafe extern "C" fn ttpu_runtime_shape_bucket(
+    runtime: *const ttpu_runtime_t,
+    length: i64,
+    out_bucket: *mut i64,
+) -> *mut ttpu_error_t {
+    ffi_boundary!({
+        let r = ttpu_runtime_t::enter(runtime, "ttpu_runtime_shape_bucket")?;
+        let bucket = r.rt.shape_bucket(length)?;
+        write_out(out_bucket, "ttpu_runtime_shape_bucket", bucket)
+    })
+}
+
 /// Seeds every device's default random generator (like `torch.manual_seed`);
 /// generators made with `ttpu_generator_create` keep their state.
 #[no_mangle]

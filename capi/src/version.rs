@@ -5,7 +5,7 @@ use std::ffi::c_char;
 /// Major version of the C ABI: changes only on incompatible changes.
 pub const TTPU_API_MAJOR: u32 = 1;
 /// Minor version of the C ABI: grows with compatible additions.
-pub const TTPU_API_MINOR: u32 = 9;
+pub const TTPU_API_MINOR: u32 = 10;
 
 /// The library version ("0.1.0"), NUL-terminated. Static storage.
 #[no_mangle]

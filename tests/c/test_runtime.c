@@ -163,6 +163,20 @@ int main(void) {
     CHECK_CODE_MSG(ttpu_runtime_set_shape_buckets(rt, buckets, SIZE_MAX), TTPU_CODE_INVALID_ARGUMENT, "at most 256");
     CHECK_CODE(ttpu_runtime_set_shape_buckets(NULL, buckets, 3), TTPU_CODE_INVALID_ARGUMENT);
     CHECK_OK(ttpu_runtime_set_shape_buckets(rt, NULL, 0));
+    /* The bucket of a length: listed lengths first, then powers of two. */
+    int64_t bucket = 0;
+    CHECK_OK(ttpu_runtime_shape_bucket(rt, 5, &bucket));
+    CHECK(bucket == 8);
+    CHECK_OK(ttpu_runtime_set_shape_buckets(rt, buckets, 3));
+    CHECK_OK(ttpu_runtime_shape_bucket(rt, buckets[0], &bucket));
+    CHECK(bucket == buckets[0]);
+    CHECK_OK(ttpu_runtime_shape_bucket(rt, buckets[2] + 1, &bucket));
+    CHECK(bucket > buckets[2] && (bucket & (bucket - 1)) == 0);
+    CHECK_CODE_MSG(ttpu_runtime_shape_bucket(rt, 0, &bucket), TTPU_CODE_INVALID_ARGUMENT, "positive");
+    CHECK_CODE(ttpu_runtime_shape_bucket(rt, INT64_MAX, &bucket), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_runtime_shape_bucket(rt, 5, NULL), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_CODE(ttpu_runtime_shape_bucket(NULL, 5, &bucket), TTPU_CODE_INVALID_ARGUMENT);
+    CHECK_OK(ttpu_runtime_set_shape_buckets(rt, NULL, 0));
 
     /* NULL runtimes. */
     CHECK_CODE_MSG(ttpu_runtime_device_count(NULL, &n), TTPU_CODE_INVALID_ARGUMENT, "ttpu_runtime_t is NULL");

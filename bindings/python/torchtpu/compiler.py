@@ -5,7 +5,9 @@ aten graphs, forward and backward. Each graph runs with every op deferred
 (DEFER_AND_FUSE on the calling thread) and is flushed as one program at its
 end. The runtime caches that program by the canonical hash of the graph, so
 after the first call a graph costs one cache lookup and one launch, and
-Dynamo's own cache skips Python re-tracing.
+Dynamo's own cache skips Python re-tracing. A dynamic dim of a forward graph
+that is row-wise (a batch) runs at its shape bucket (_buckets.py), so new
+sizes within a bucket reuse the program.
 
 Decompositions: PyTorch's core-ATen decompositions, except for ops the
 runtime implements itself (one fused op beats its decomposition).
@@ -18,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from .runtime import DEFER_AND_FUSE, thread_mode
+from .runtime import DEFER_AND_FUSE, DEFER_NEVER, thread_mode
 
 
 def _decompositions() -> dict:
@@ -39,10 +41,19 @@ def _decompositions() -> dict:
     return table
 
 
-def _fused(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+def _pad(t: torch.Tensor, dim: int, extra: int) -> torch.Tensor:
+    """`t` with `extra` zeros after its end along `dim`, as a strict op: the
+    pad is the program compiled for each size, not the graph."""
+    with thread_mode(DEFER_NEVER):
+        return torch.nn.functional.pad(t, [0, 0] * (t.dim() - 1 - dim) + [0, extra])
+
+
+def _fused(gm: torch.fx.GraphModule, buckets: bool = False) -> Callable[..., Any]:
+    """The graph as one fused program per call; with `buckets`, its dynamic
+    dims that are row-wise run at their shape bucket (_buckets.py)."""
     from functorch.compile import make_boxed_func
 
-    from . import tpu
+    from . import _buckets, tpu
 
     def run(*args: Any) -> Any:
         with thread_mode(DEFER_AND_FUSE):
@@ -51,6 +62,9 @@ def _fused(gm: torch.fx.GraphModule) -> Callable[..., Any]:
         tpu._runtime().flush()
         return out
 
+    plans = _buckets.plans(gm) if buckets else []
+    if plans:
+        run = _buckets.padded(run, plans, tpu._runtime().shape_bucket, _pad)
     return make_boxed_func(run)
 
 
@@ -94,8 +108,11 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | N
 
     _check_arguments(mode, options, other)
 
+    # Forward graphs run their dynamic dims at shape buckets where that
+    # cannot change a result; a backward graph sums over the batch for the
+    # weights' gradients, so it runs at exact sizes.
     compile_graph = aot_autograd(
-        fw_compiler=lambda g, _: _fused(g),
+        fw_compiler=lambda g, _: _fused(g, buckets=True),
         bw_compiler=lambda g, _: _fused(g),
         decompositions=_decompositions(),
     )

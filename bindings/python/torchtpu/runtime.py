@@ -533,6 +533,15 @@ class Runtime(_Owned):
         arr = ffi.new("int64_t[]", values) if values else ffi.NULL
         check(lib.ttpu_runtime_set_shape_buckets(self.handle, arr, len(values)))
 
+    def shape_bucket(self, length: int) -> int:
+        """The length a dim of `length` is padded to: the first bucket set
+        by set_shape_buckets that holds it, else the next power of two."""
+        if isinstance(length, bool) or not isinstance(length, int):
+            raise TypeError(f"shape_bucket: the length must be an int, got {type(length).__name__}")
+        out = ffi.new("int64_t*")
+        check(lib.ttpu_runtime_shape_bucket(self.handle, length, out))
+        return int(out[0])
+
     def index_checks(self) -> bool:
         """Whether the device-side index checks are on."""
         out = ffi.new("bool*")

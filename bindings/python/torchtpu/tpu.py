@@ -541,8 +541,10 @@ def set_shape_buckets(lengths=None) -> None:
     (the ids ``generate()`` appends a token to), is written into a storage
     with room for the first of ``lengths`` that holds it, so its programs and
     those reading its last tokens compile once per bucket instead of once
-    per length. ``lengths`` increase; past the last, and with ``None`` (the
-    default), a length rounds up to the next power of two::
+    per length. A dynamic dim of a ``torch.compile`` graph that is
+    row-wise (a batch) is padded to the same buckets. ``lengths`` increase;
+    past the last, and with ``None`` (the default), a length rounds up to
+    the next power of two::
 
         torch.tpu.set_shape_buckets([128, 256, 512, 1024])
     """

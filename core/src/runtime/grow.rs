@@ -182,6 +182,19 @@ impl Runtime {
         self.growth.lock().buckets.clone()
     }
 
+    /// The bucket a dim of `length` is padded to: the first bucket length
+    /// set by [`Runtime::set_shape_buckets`] that holds it, else the next
+    /// power of two. Frontends that pad a dynamic dim (a `torch.compile`
+    /// graph's batch) ask here, so every layer pads to the same lengths.
+    pub fn shape_bucket(&self, length: i64) -> Result<i64> {
+        if length <= 0 {
+            return Err(crate::Error::InvalidArgument(format!("shape_bucket: the length must be positive, got {length}")));
+        }
+        bucket(&self.growth.lock().buckets, length).ok_or_else(|| {
+            crate::Error::InvalidArgument(format!("shape_bucket: no bucket holds a length of {length}"))
+        })
+    }
+
     /// Sees a call of `aten::cat` that fused mode records into its graph,
     /// so that its lengths are known when the shape watch runs it alone.
     pub(super) fn see_cat(&self, bound: &[Value]) {

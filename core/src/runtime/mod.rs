@@ -422,10 +422,12 @@ impl Runtime {
         // positions.
         self.shape_watch.lock().flushed(t.storage().device(), false);
         // A contiguous view of a storage made with room to grow (a shape
-        // bucket) is a range of its buffer: reading the buffer and keeping
-        // the range compiles nothing, where a copy would compile for each
-        // size of the tensor.
-        if t.is_contiguous() && t.storage().used().is_some() {
+        // bucket), or of one at most twice its size (an output narrowed
+        // from a padded batch), is a range of its buffer: reading the buffer
+        // and keeping the range compiles nothing, where a copy would
+        // compile for each size of the tensor.
+        let bounded = t.storage().used().is_some() || want.saturating_mul(2) >= t.storage().nbytes();
+        if !t.is_whole_storage() && t.is_contiguous() && bounded {
             let buf = self.materialize(t.storage(), "to_host", FlushReason::HostRead)?;
             self.index_checks.resolve()?;
             let size = t.dtype().size();
