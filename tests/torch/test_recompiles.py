@@ -277,20 +277,22 @@ def test_set_shape_buckets_sizes_the_grown_storage():
 
 
 def test_a_compiled_graph_with_a_dynamic_batch_stays_one_program():
-    """torch.compile(dynamic=True) with a new batch size at every call: every
-    op of the graph changes shape, so the shape watch leaves the graph whole
+    """torch.compile(dynamic=True) with a new batch size at every call, in a
+    graph that cannot run at a bucket (a softmax over the batch): every op
+    of the graph changes shape, so the shape watch leaves the graph whole
     (one fused program per size) instead of running its ops alone, which
     compiled four programs per size; the values are the CPU's."""
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 5))
-    model = torch.compile(copy.deepcopy(cpu).to("tpu"), backend="tpu", dynamic=True)
+    dev = copy.deepcopy(cpu).to("tpu")
+    model = torch.compile(lambda x: torch.softmax(dev(x), 0), backend="tpu", dynamic=True)
     per_call = []
     for b in range(4, 20):
         x = torch.randn(b, 12)
         before = _compiles()
         got = model(x.to("tpu")).cpu()
         per_call.append(_compiles() - before)
-        torch.testing.assert_close(got, cpu(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got, torch.softmax(cpu(x), 0), atol=1e-5, rtol=1e-5)
     # The first three sizes show the growth; the third's ops may run alone
     # once. From then on, one program per new size.
     assert per_call[4:] == [1] * (len(per_call) - 4), per_call
