@@ -137,7 +137,8 @@ BATCH_ROWS = {  # row: (eager mode, torch.compile(dynamic=True), extra environme
     "DEFER_AND_FUSE": ("DEFER_AND_FUSE", False, {}),
     "fused, watch off": ("DEFER_AND_FUSE", False, {"TORCHTPU_SHAPE_WATCH": "0"}),
     "torch.compile": ("DEFER_NEVER", True, {}),
-    "compile, watch off": ("DEFER_NEVER", True, {"TORCHTPU_SHAPE_WATCH": "0"}),
+    "compile, exact": ("DEFER_NEVER", True, {"TORCHTPU_COMPILE_BUCKETS": "0"}),
+    "compile, exact, no watch": ("DEFER_NEVER", True, {"TORCHTPU_COMPILE_BUCKETS": "0", "TORCHTPU_SHAPE_WATCH": "0"}),
 }
 
 
@@ -159,7 +160,7 @@ def batch_sizes(device: str, row: str | None) -> dict:
 
     def one_pass() -> tuple[float, list]:
         t = time.perf_counter()
-        sums = [model(x.to(device)).sum().item() for x in xs]
+        sums = [model(x.to(device)).cpu().sum().item() for x in xs]
         return (time.perf_counter() - t) * 1e3 / len(xs), sums
 
     ctx = torch.tpu.set_eager_mode(mode) if mode else _nullcontext()
@@ -180,14 +181,15 @@ def bench_batch_sizes() -> None:
     print(f"\n== a new batch size every call ({BATCHES.start} to {BATCHES.stop - 1}): MLP 64-128-10 forward "
           "with GELU and LayerNorm")
     print("   cold: the first pass over the sizes in a new process with an empty program cache; warm: the third")
-    print(f"{'mode':19s} {'ms/call':>8s} {'vs CPU':>7s} {'cold ms/call':>13s} {'compiles (cold)':>16s} "
+    print("   torch.compile(dynamic=True) pads the batch to its bucket; \"exact\" rows run every size exactly")
+    print(f"{'mode':24s} {'ms/call':>8s} {'vs CPU':>7s} {'cold ms/call':>13s} {'compiles (cold)':>16s} "
           f"{'compile s (cold)':>17s} {'sums = CPU':>10s}")
     cpu = batch_sizes("cpu", None)
-    print(f"{'CPU eager':19s} {cpu['ms']:8.3f} {'1.00x':>7s} {cpu['cold_ms']:13.3f} {'-':>16s} {'-':>17s} {'-':>10s}")
+    print(f"{'CPU eager':24s} {cpu['ms']:8.3f} {'1.00x':>7s} {cpu['cold_ms']:13.3f} {'-':>16s} {'-':>17s} {'-':>10s}")
     for row, (_, _, extra) in BATCH_ROWS.items():
         r = _row_child("--batch-row", row, extra)
         same = all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(r["sums"], cpu["sums"]))
-        print(f"{row:19s} {r['ms']:8.3f} {r['ms'] / cpu['ms']:6.2f}x {r['cold_ms']:13.2f} {r['compiles']:16d} "
+        print(f"{row:24s} {r['ms']:8.3f} {r['ms'] / cpu['ms']:6.2f}x {r['cold_ms']:13.2f} {r['compiles']:16d} "
               f"{r['compile_s']:17.2f} {str(same):>10s}")
 
 

@@ -34,13 +34,17 @@ Anything else that touches a padded dim (a reduction over it, a random op,
 a mutation, a size used as a number, an output whose padded dim is not its
 first) keeps the graph at exact sizes, and the log (logger
 ``torchtpu.buckets``, INFO) names the op. Results are the same either way:
-only a graph that provably cannot tell the padding apart is padded.
+only a graph that provably cannot tell the padding apart is padded. The
+padding costs compute (a batch of 33 runs as 64); finer buckets
+(``torch.tpu.set_shape_buckets``) cost less, and
+``TORCHTPU_COMPILE_BUCKETS=0`` turns padding off.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -49,6 +53,12 @@ import torch
 log = logging.getLogger("torchtpu.buckets")
 
 aten = torch.ops.aten
+
+
+def enabled() -> bool:
+    """Off with ``TORCHTPU_COMPILE_BUCKETS=0``: every size runs exactly (a
+    padded batch computes the padding too: 33 rows run as 64)."""
+    return os.environ.get("TORCHTPU_COMPILE_BUCKETS", "").strip() != "0"
 
 
 class _Unsafe(Exception):

@@ -62,7 +62,7 @@ def _fused(gm: torch.fx.GraphModule, buckets: bool = False) -> Callable[..., Any
         tpu._runtime().flush()
         return out
 
-    plans = _buckets.plans(gm) if buckets else []
+    plans = _buckets.plans(gm) if buckets and _buckets.enabled() else []
     if plans:
         run = _buckets.padded(run, plans, tpu._runtime().shape_bucket, _pad)
     return make_boxed_func(run)
