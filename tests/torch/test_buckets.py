@@ -193,3 +193,16 @@ def test_a_value_made_from_the_size_is_not_padded(caplog):
     # The range's end is a size: its values are positions, the same at the
     # bucket, so that graph shares a program.
     assert _source() == "memory"
+
+
+def test_compile_buckets_off_runs_every_size_exactly(monkeypatch):
+    monkeypatch.setenv("TORCHTPU_COMPILE_BUCKETS", "0")
+    cpu = _mlp().eval()
+    model = torch.compile(copy.deepcopy(cpu).to("tpu"), backend="tpu", dynamic=True)
+    with torch.no_grad():
+        for b in [8, 5, 7]:
+            x = torch.randn(b, 12)
+            got = model(x.to("tpu"))
+            assert _source() == "compiled", b
+            assert got.untyped_storage().nbytes() == b * 5 * 4  # not a padded result
+            torch.testing.assert_close(got.cpu(), cpu(x), atol=1e-5, rtol=1e-5)
