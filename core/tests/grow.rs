@@ -206,3 +206,26 @@ fn listed_bucket_lengths_size_the_grown_storage() {
     rt.set_shape_buckets(&[]).unwrap();
     assert!(rt.shape_buckets().is_empty());
 }
+
+#[test]
+fn a_host_read_of_most_of_a_storage_copies_its_range() {
+    // An output narrowed from a padded batch (torch.compile's shape
+    // buckets) is a contiguous view of at least half its storage: its host
+    // read copies the range, with no program for each size.
+    let rt = rt();
+    let data: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    let t = f32s(&rt, &data, &[8, 3]);
+    let before = rt.stats().executions;
+    let head = t.view_of("test", 0, &[5, 3], &[3, 1]).unwrap();
+    assert_eq!(host_f32(&rt, &head), data[..15]);
+    let middle = t.view_of("test", 6, &[4, 3], &[3, 1]).unwrap();
+    assert_eq!(host_f32(&rt, &middle), data[6..18]);
+    assert_eq!(rt.stats().executions, before, "a range read runs no program");
+    // A small view is copied on the device (a whole read would move the
+    // storage for a few elements), and a strided one too.
+    let row = t.view_of("test", 3, &[1, 3], &[3, 1]).unwrap();
+    assert_eq!(host_f32(&rt, &row), data[3..6]);
+    let column = t.view_of("test", 1, &[8], &[3]).unwrap();
+    assert_eq!(host_f32(&rt, &column), (0..8).map(|i| (3 * i + 1) as f32).collect::<Vec<_>>());
+    assert_eq!(rt.stats().executions, before + 2);
+}
