@@ -97,6 +97,8 @@ MODELS = {
     "conv": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                                    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval(),
              lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
+    "pooling": (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(36, 3)),
+                lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
     "embedding": (lambda: nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(48, 3)),
                   lambda b: torch.randint(0, 50, (b, 6)), lambda m, x: m(x)),
 }

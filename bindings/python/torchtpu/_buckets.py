@@ -26,8 +26,9 @@ before the dim). Ops that keep a padded dim row-wise:
   unsqueeze, squeeze, expand);
 - view and reshape, where the dim keeps the elements before it;
 - reductions, softmax, layer and group norm over other dims;
-- matrix products that do not contract it; a convolution's batch dim;
-  embedding lookups (a padded index is 0, a valid row);
+- matrix products that do not contract it; a convolution's or a
+  pooling's batch dim; embedding lookups (a padded index is 0, a valid
+  row);
 - cat, slice, select and split along other dims; constructors sized by it.
 
 Anything else that touches a padded dim (a reduction over it, a random op,
@@ -76,6 +77,11 @@ _REDUCTIONS = {
     aten.argmax, aten.argmin, aten.any, aten.all, aten.logsumexp, aten.max, aten.min, aten.linalg_vector_norm,
 }
 _SOFTMAX = {aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax}
+# Pooling works within each (batch, channel) plane.
+_POOLS = {
+    aten.max_pool2d_with_indices, aten.max_pool3d_with_indices, aten.avg_pool2d, aten.avg_pool3d,
+    aten._adaptive_avg_pool2d, aten._adaptive_avg_pool3d, aten.adaptive_max_pool2d, aten.adaptive_max_pool3d,
+}
 _CONSTRUCTORS = {
     aten.full, aten.zeros, aten.ones, aten.empty, aten.new_zeros, aten.new_ones, aten.new_full, aten.new_empty,
     aten.zeros_like, aten.ones_like, aten.full_like, aten.empty_like, aten.arange, aten.scalar_tensor,
@@ -216,6 +222,9 @@ def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: lis
         return
     if packet in _SOFTMAX:
         free(x, args[1])
+        return
+    if packet in _POOLS:
+        free(x, *range(2, len(x)))
         return
     if packet is aten.native_layer_norm:
         free(x, *range(-len(args[1]), 0))
