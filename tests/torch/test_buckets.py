@@ -91,6 +91,17 @@ def _bert():
     return BertModel(cfg).eval()
 
 
+class _Lookup(nn.Module):
+    """Advanced indexing into a table with the input's indices."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(20, 4))
+
+    def forward(self, ids):
+        return self.table[ids].sum(-1) * 2
+
+
 MODELS = {
     # (model, input of batch b, output of the model)
     "bert": (_bert, lambda b: torch.randint(1, 100, (b, 10)), lambda m, x: m(input_ids=x).last_hidden_state),
@@ -99,6 +110,7 @@ MODELS = {
              lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
     "pooling": (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(36, 3)),
                 lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
+    "indexing": (_Lookup, lambda b: torch.randint(0, 20, (b, 6)), lambda m, x: m(x)),
     "embedding": (lambda: nn.Sequential(nn.Embedding(50, 8), nn.Flatten(), nn.Linear(48, 3)),
                   lambda b: torch.randint(0, 50, (b, 6)), lambda m, x: m(x)),
 }
@@ -208,3 +220,19 @@ def test_compile_buckets_off_runs_every_size_exactly(monkeypatch):
             assert _source() == "compiled", b
             assert got.untyped_storage().nbytes() == b * 5 * 4  # not a padded result
             torch.testing.assert_close(got.cpu(), cpu(x), atol=1e-5, rtol=1e-5)
+
+
+def test_an_embedding_of_computed_indices_is_not_padded():
+    """ids - 1 is a valid index for every real row, but not for a padded
+    one (0 - 1): the graph keeps exact sizes, and no index error appears."""
+    torch.manual_seed(0)
+    cpu = nn.Embedding(20, 4)
+    dev = copy.deepcopy(cpu).to("tpu")
+    f = torch.compile(lambda ids: dev(ids - 1), backend="tpu", dynamic=True)
+    for b in [8, 5, 7]:
+        ids = torch.randint(1, 20, (b, 3))
+        with torch.no_grad():
+            got = f(ids.to("tpu")).cpu()
+        torch.testing.assert_close(got, cpu(ids - 1).detach())
+        assert _source() == "compiled", b
+    torch.tpu.synchronize()

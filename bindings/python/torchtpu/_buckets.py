@@ -25,10 +25,11 @@ before the dim). Ops that keep a padded dim row-wise:
 - pointwise ops, copies, and ops that only move dims (permute, transpose,
   unsqueeze, squeeze, expand);
 - view and reshape, where the dim keeps the elements before it;
-- reductions, softmax, layer and group norm over other dims;
+- reductions, softmax, scans, sorts, layer and group norm over other dims;
 - matrix products that do not contract it; a convolution's or a
-  pooling's batch dim; embedding lookups (a padded index is 0, a valid
-  row);
+  pooling's batch dim; embedding lookups and indexing with input indices
+  (a padded index is 0, a valid row; an index computed in the graph might
+  not be);
 - cat, slice, select and split along other dims; constructors sized by it.
 
 Anything else that touches a padded dim (a reduction over it, a random op,
@@ -76,7 +77,11 @@ _REDUCTIONS = {
     aten.sum, aten.mean, aten.amax, aten.amin, aten.prod, aten.var, aten.std, aten.var_mean, aten.std_mean,
     aten.argmax, aten.argmin, aten.any, aten.all, aten.logsumexp, aten.max, aten.min, aten.linalg_vector_norm,
 }
-_SOFTMAX = {aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax}
+# Ops along one dim (their second argument): softmax, scans, sorts.
+_ALONG_ONE = {
+    aten._softmax, aten._log_softmax, aten.softmax, aten.log_softmax, aten.cumsum, aten.cumprod,
+    aten.logcumsumexp, aten.cummax, aten.cummin, aten.sort, aten.argsort,
+}
 # Pooling works within each (batch, channel) plane.
 _POOLS = {
     aten.max_pool2d_with_indices, aten.max_pool3d_with_indices, aten.avg_pool2d, aten.avg_pool3d,
@@ -179,8 +184,12 @@ def _whole_slice(node: torch.fx.Node) -> bool:
     return _expr(end.meta["val"]) == _expr(x.meta["val"].shape[dim])
 
 
-def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: list[Any], s: Any) -> None:
-    """Raises _Unsafe unless `node` keeps the dims sized by s row-wise."""
+def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: list[Any], s: Any,
+              moved: set[torch.fx.Node]) -> None:
+    """Raises _Unsafe unless `node` keeps the dims sized by s row-wise.
+    `moved` holds the values whose padding is zeros or copies of real
+    rows: the inputs, values with no dim sized by s, and values only moved
+    from those."""
     target = node.target
     packet = getattr(target, "overloadpacket", None)
     name = str(target)
@@ -220,8 +229,11 @@ def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: lis
         if any(o is not None and kept(o) != kept(x) for o in outs):
             raise _Unsafe(f"{name} reduces over it")
         return
-    if packet in _SOFTMAX:
-        free(x, args[1])
+    if packet in _ALONG_ONE:
+        dim = args[1] if len(args) > 1 else node.kwargs.get("dim", -1)
+        if not isinstance(dim, int):
+            raise _Unsafe(f"{name} along a dim that is not a number")
+        free(x, dim)
         return
     if packet in _POOLS:
         free(x, *range(2, len(x)))
@@ -251,6 +263,18 @@ def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: lis
     if packet is aten.embedding:
         if _padded(ins[0]):
             raise _Unsafe(f"{name} with a weight sized by it")
+        # A padded index must be a valid row: an input's padding (0) is;
+        # an index computed in the graph (ids - 1) might not be.
+        if _padded(ins[1]) and args[1] not in moved:
+            raise _Unsafe(f"{name} of indices computed in the graph")
+        return
+    if packet is aten.index:
+        # x[..., idx, ...]: the indexed dims of x must not be padded, and a
+        # padded index must be a valid one (as for an embedding).
+        free(x, *[d for d, i in enumerate(args[1]) if i is not None])
+        for i, d in zip(_flat_nodes(args[1]), ins[1:]):
+            if _padded(d) and i not in moved:
+                raise _Unsafe(f"{name} of indices computed in the graph")
         return
     if packet in _ALONG:
         at = 2 if packet in (aten.split, aten.split_with_sizes) else 1
@@ -267,6 +291,7 @@ def _plan(gm: torch.fx.GraphModule, s: Any) -> Plan:
     """The plan for one symbol, or _Unsafe."""
     plan = Plan(s)
     dims: dict[torch.fx.Node, Any] = {}
+    moved: set[torch.fx.Node] = set()
     index = 0
     for node in gm.graph.nodes:
         val = node.meta.get("val")
@@ -278,6 +303,7 @@ def _plan(gm: torch.fx.GraphModule, s: Any) -> Plan:
                 plan.sizes[index] = k
             d = _dims(val, s)
             dims[node] = d
+            moved.add(node)
             if _padded(d):
                 if any(not isinstance(k, int) for k in d if k is not None):
                     raise _Unsafe(f"input {index} has a dim of size {val.shape}")
@@ -303,7 +329,15 @@ def _plan(gm: torch.fx.GraphModule, s: Any) -> Plan:
             if mentions or any(_padded(d) for d in ins) or any(_padded(o) for o in outs):
                 if val is None:
                     raise _Unsafe(f"{name} returns nothing")
-                _check_op(node, ins, outs, s)
+                _check_op(node, ins, outs, s, moved)
+            # A value with no dim sized by s is the same as without the
+            # padding; one moved from such values or from an input pads
+            # with zeros or copies of real rows.
+            packet = getattr(node.target, "overloadpacket", None)
+            source = node.args[0] if node.args else None
+            movement = packet in _MOVES or packet in _VIEWS or packet in (aten.slice, aten.select)
+            if not any(_padded(o) for o in outs) or (movement and source in moved):
+                moved.add(node)
             dims[node] = outs if many else outs[0]
         elif node.op == "output":
             for i, out in enumerate(_flat_outputs(node.args[0])):
@@ -323,6 +357,7 @@ def _plan(gm: torch.fx.GraphModule, s: Any) -> Plan:
                 plan.outputs.add(i)
         elif node.op == "get_attr":
             dims[node] = _dims(val, s)  # a constant of the graph
+            moved.add(node)
         else:
             raise _Unsafe(f"a {node.op} node")
     return plan
