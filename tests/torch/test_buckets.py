@@ -108,6 +108,8 @@ MODELS = {
     "conv": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                                    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval(),
              lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
+    "group norm": (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Flatten(), nn.Linear(144, 3)),
+                   lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
     "pooling": (lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(36, 3)),
                 lambda b: torch.randn(b, 3, 8, 8), lambda m, x: m(x)),
     "indexing": (_Lookup, lambda b: torch.randint(0, 20, (b, 6)), lambda m, x: m(x)),

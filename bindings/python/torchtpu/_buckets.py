@@ -17,10 +17,11 @@ program serves every size of a bucket; what compiles for each new size is
 the pad of the inputs, a program of one op.
 
 The check walks the graph once, when Dynamo hands it over, over the sizes
-Dynamo traced. A dim is "sized by s" when its size is k * s for a whole
-k, the rows of s outermost (a dim of size k * s in which s is not the
-outermost factor is caught where it is made: a view must keep the elements
-before the dim). Ops that keep a padded dim row-wise:
+Dynamo traced. A dim is "sized by s" when its size is k * s, k a whole
+number or a product of other symbols (a batch merged with a dynamic
+sequence), the rows of s outermost (a dim of size k * s in which s is not
+the outermost factor is caught where it is made: a view must keep the
+elements before the dim). Ops that keep a padded dim row-wise:
 
 - pointwise ops, copies, and ops that only move dims (permute, transpose,
   unsqueeze, squeeze, expand);
@@ -94,8 +95,8 @@ _CONSTRUCTORS = {
 _ALONG = {aten.cat, aten.slice, aten.select, aten.split, aten.split_with_sizes, aten.unbind, aten.narrow}
 # Ops whose size arguments may hold the symbol, and those arguments. The
 # end of an arange is a size (its values are positions); its start is not.
-_SIZED = _VIEWS | _CONSTRUCTORS | {aten.expand}
-_SIZE_ARGS = {"size", "shape", "end"}
+_SIZED = _VIEWS | _CONSTRUCTORS | {aten.expand, aten.native_group_norm}
+_SIZE_ARGS = {"size", "shape", "end", "N"}  # N: group norm's batch
 
 
 def _expr(size: Any) -> Any:
