@@ -121,6 +121,15 @@ def _factor(e: Any, s: Any) -> Any:
     return int(k) if k.is_Integer else k
 
 
+def _whole_factor(value: Any, s: Any, what: str) -> int:
+    """k where a symbolic number is k * s for a whole k (an argument or an
+    output that is the size itself); _Unsafe otherwise."""
+    k = _factor(value.node.expr, s) if isinstance(value, torch.SymInt) else None
+    if not isinstance(k, int):
+        raise _Unsafe(f"{what} is the number {value.node.expr}")
+    return k
+
+
 def _dims(val: Any, s: Any) -> list[Any] | None:
     """Per dim of a traced tensor: k where the dim's size is k * s, None
     where it does not involve s. None for a value that is not a tensor."""
@@ -185,6 +194,14 @@ def _whole_slice(node: torch.fx.Node) -> bool:
     return _expr(end.meta["val"]) == _expr(x.meta["val"].shape[dim])
 
 
+def _dim_arg(node: torch.fx.Node, at: int, default: int) -> int:
+    """The op's `dim` argument: positional at `at`, else by name."""
+    dim = node.args[at] if len(node.args) > at else node.kwargs.get("dim", default)
+    if not isinstance(dim, int):
+        raise _Unsafe(f"{node.target} along a dim that is not a number")
+    return dim
+
+
 def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: list[Any], s: Any,
               moved: set[torch.fx.Node]) -> None:
     """Raises _Unsafe unless `node` keeps the dims sized by s row-wise.
@@ -231,10 +248,7 @@ def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: lis
             raise _Unsafe(f"{name} reduces over it")
         return
     if packet in _ALONG_ONE:
-        dim = args[1] if len(args) > 1 else node.kwargs.get("dim", -1)
-        if not isinstance(dim, int):
-            raise _Unsafe(f"{name} along a dim that is not a number")
-        free(x, dim)
+        free(x, _dim_arg(node, 1, -1))
         return
     if packet in _POOLS:
         free(x, *range(2, len(x)))
@@ -278,10 +292,7 @@ def _check_op(node: torch.fx.Node, ins: list[list[int | None] | None], outs: lis
                 raise _Unsafe(f"{name} of indices computed in the graph")
         return
     if packet in _ALONG:
-        at = 2 if packet in (aten.split, aten.split_with_sizes) else 1
-        dim = args[at] if len(args) > at else node.kwargs.get("dim", 0)
-        if not isinstance(dim, int):
-            raise _Unsafe(f"{name} along a dim that is not a number")
+        dim = _dim_arg(node, 2 if packet in (aten.split, aten.split_with_sizes) else 1, 0)
         for t in ins:
             free(t, dim)
         return
@@ -297,11 +308,8 @@ def _plan(gm: torch.fx.GraphModule, s: Any) -> Plan:
     for node in gm.graph.nodes:
         val = node.meta.get("val")
         if node.op == "placeholder":
-            if isinstance(val, torch.SymInt) and _has(val, s):
-                k = _factor(val.node.expr, s)
-                if not isinstance(k, int):
-                    raise _Unsafe(f"an argument of value {val.node.expr}")
-                plan.sizes[index] = k
+            if _has(val, s):
+                plan.sizes[index] = _whole_factor(val, s, "an argument")
             d = _dims(val, s)
             dims[node] = d
             moved.add(node)
@@ -341,14 +349,12 @@ def _plan(gm: torch.fx.GraphModule, s: Any) -> Plan:
                 moved.add(node)
             dims[node] = outs if many else outs[0]
         elif node.op == "output":
-            for i, out in enumerate(_flat_outputs(node.args[0])):
+            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            for i, out in enumerate(outputs):
                 v = out.meta.get("val") if isinstance(out, torch.fx.Node) else None
                 if _has(v, s):
                     # A size saved for the backward graph: it gets the true one.
-                    k = _factor(v.node.expr, s) if isinstance(v, torch.SymInt) else None
-                    if not isinstance(k, int):
-                        raise _Unsafe(f"output {i} is the number {v.node.expr}")
-                    plan.size_outputs[i] = k
+                    plan.size_outputs[i] = _whole_factor(v, s, f"output {i}")
                     continue
                 d = _dims(v, s)
                 if not _padded(d):
@@ -372,10 +378,6 @@ def _flat_nodes(args: Any) -> list[torch.fx.Node]:
         elif isinstance(a, (list, tuple)):
             out.extend(_flat_nodes(a))
     return out
-
-
-def _flat_outputs(outs: Any) -> list[Any]:
-    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
 def plans(gm: torch.fx.GraphModule) -> list[Plan]:

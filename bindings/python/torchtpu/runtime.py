@@ -320,10 +320,10 @@ class Generator(_Owned):
         return f"Generator(tpu:{self.device}, state {self.get_state()})"
 
 
-def _length(n) -> int:
-    """A bucket length as an int: refuses bools and non-integers by name."""
+def _length(n, what: str = "set_shape_buckets: a bucket length") -> int:
+    """A length as an int: refuses bools and non-integers by name."""
     if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"set_shape_buckets: a bucket length must be an int, got {type(n).__name__}")
+        raise TypeError(f"{what} must be an int, got {type(n).__name__}")
     return n
 
 
@@ -536,10 +536,8 @@ class Runtime(_Owned):
     def shape_bucket(self, length: int) -> int:
         """The length a dim of `length` is padded to: the first bucket set
         by set_shape_buckets that holds it, else the next power of two."""
-        if isinstance(length, bool) or not isinstance(length, int):
-            raise TypeError(f"shape_bucket: the length must be an int, got {type(length).__name__}")
         out = ffi.new("int64_t*")
-        check(lib.ttpu_runtime_shape_bucket(self.handle, length, out))
+        check(lib.ttpu_runtime_shape_bucket(self.handle, _length(length, "shape_bucket: the length"), out))
         return int(out[0])
 
     def index_checks(self) -> bool:
